@@ -1,0 +1,36 @@
+# FabricTwin developer commands. Everything runs from the project's virtual environment (.venv),
+# created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BENCH ?=
+
+.PHONY: venv proto lint test bench run clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e clients/python -e '.[dev]'
+	touch $@
+
+proto: venv
+	$(PY) scripts/gen_protos.py
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/buf lint
+
+test: venv
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) -m bench $(BENCH)
+
+run: venv
+	$(PY) -m scripts.devstack
+
+clean:
+	rm -rf .fabrictwin .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""FabricTwin services: four gRPC servers over cores that know nothing of gRPC."""

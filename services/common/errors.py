@@ -1,0 +1,63 @@
+"""Domain errors raised by the cores (which know nothing of gRPC).
+
+The server bootstrap's error interceptor turns each into its canonical status code, so a servicer
+never builds a status by hand and a caller never sees a stack trace.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyExists",
+    "FabricTwinError",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "ResourceExhausted",
+    "Unavailable",
+]
+
+
+class FabricTwinError(Exception):
+    """Base of every error a caller may see; `code` is a grpc.StatusCode name."""
+
+    code = "INTERNAL"
+
+
+class InvalidArgument(FabricTwinError, ValueError):
+    """Bad input. The message names the field, line or link that is wrong."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+
+
+class NotFound(FabricTwinError, LookupError):
+    """A named resource does not exist."""
+
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(FabricTwinError):
+    """A resource with that name exists already."""
+
+    code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(FabricTwinError):
+    """The resource is not in a state that allows the call (e.g. results of an unfinished run)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class ResourceExhausted(FabricTwinError):
+    """Too much work queued, or a request beyond a configured limit."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(FabricTwinError):
+    """A peer service could not be reached."""
+
+    code = "UNAVAILABLE"
