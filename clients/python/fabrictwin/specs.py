@@ -1,0 +1,118 @@
+"""Builders for the messages a script writes most: a collective job, a load-balancing mode, a spec.
+
+They only fill protobuf messages (`fabrictwin.v1`), accepting the short names people type (`ecmp`,
+`scattered`, `all_reduce`) and sizes as text (`256MiB`); anything they do not cover can be set on the
+returned message directly.
+
+>>> job = collective_job(ranks=16, size="256MiB", placement="scattered")
+>>> job.rank_count, job.size_bytes
+(16, 268435456)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fabrictwin.names import enum_value, resource_name
+from fabrictwin.units import parse_size
+from fabrictwin.v1 import common_pb2, simulation_pb2
+
+__all__ = ["ModeLike", "collective_job", "load_balancing", "simulation_spec"]
+
+# A load-balancing mode given as a message, a short name ("ecmp") or an enum number.
+ModeLike = common_pb2.LoadBalancing | str | int
+
+
+def collective_job(
+    *,
+    ranks: int = 0,
+    size: int | str,
+    collective: int | str = "all_reduce",
+    algorithm: int | str = "ring",
+    placement: int | str = "packed",
+    hosts: Iterable[str] = (),
+    label: str = "",
+    start_ns: int = 0,
+    qps_per_connection: int = 0,
+    iterations: int = 0,
+    chunks: int = 0,
+) -> simulation_pb2.Job:
+    """One collective job: `ranks` ranks placed by `placement`, or exactly `hosts`, moving `size` bytes.
+
+    `size` is bytes or text such as "256MiB"; `collective`, `algorithm` and `placement` take short names
+    (`all_reduce`, `ring`, `scattered`) or enum numbers. Zero values leave the server's defaults.
+    """
+    job = simulation_pb2.Job(
+        label=label,
+        collective=enum_value(simulation_pb2.Collective, collective, "collective"),
+        algorithm=enum_value(simulation_pb2.CollectiveAlgorithm, algorithm, "algorithm"),
+        size_bytes=parse_size(size),
+        hosts=list(hosts),
+        rank_count=ranks,
+        placement=enum_value(simulation_pb2.PlacementPolicy, placement, "placement"),
+        start_ns=start_ns,
+        qps_per_connection=qps_per_connection,
+        iterations=iterations,
+        chunks=chunks,
+    )
+    return job
+
+
+def load_balancing(
+    mode: ModeLike,
+    *,
+    seed: int = 0,
+    ecmp_hash: int | str | None = None,
+    same_seed_everywhere: bool = False,
+    hash_destination_qp: bool = False,
+    flowlet_gap_ns: int = 0,
+    label: str = "",
+) -> common_pb2.LoadBalancing:
+    """A LoadBalancing message from a mode name (`ecmp`, `adaptive`, `spray`, `flowlet`) and options.
+
+    A LoadBalancing message passed as `mode` is returned as it is (the options are then ignored).
+    """
+    if isinstance(mode, common_pb2.LoadBalancing):
+        return mode
+    message = common_pb2.LoadBalancing(
+        mode=enum_value(common_pb2.LoadBalancingMode, mode, "mode"),
+        same_seed_everywhere=same_seed_everywhere,
+        seed=seed,
+        hash_destination_qp=hash_destination_qp,
+        flowlet_gap_ns=flowlet_gap_ns,
+        label=label,
+    )
+    if ecmp_hash is not None:
+        message.ecmp_hash = enum_value(common_pb2.EcmpHash, ecmp_hash, "ecmp_hash")
+    return message
+
+
+def simulation_spec(
+    fabric: str,
+    jobs: Iterable[simulation_pb2.Job],
+    mode: ModeLike,
+    *,
+    fidelity: int | str | None = None,
+    transport: int | str | None = None,
+    seed: int = 0,
+    faults: Iterable[simulation_pb2.Fault] = (),
+    telemetry_source: str = "",
+    sample_interval_ns: int = 0,
+    time_limit_ns: int = 0,
+) -> simulation_pb2.SimulationSpec:
+    """A SimulationSpec running `jobs` on `fabric` (`ft8` or `fabrics/ft8`) under one load-balancing mode."""
+    spec = simulation_pb2.SimulationSpec(
+        fabric=resource_name("fabrics", fabric),
+        jobs=list(jobs),
+        load_balancing=load_balancing(mode),
+        faults=list(faults),
+        seed=seed,
+        telemetry_source=telemetry_source,
+        sample_interval_ns=sample_interval_ns,
+        time_limit_ns=time_limit_ns,
+    )
+    if fidelity is not None:
+        spec.fidelity = enum_value(simulation_pb2.Fidelity, fidelity, "fidelity")
+    if transport is not None:
+        spec.transport = enum_value(simulation_pb2.Transport, transport, "transport")
+    return spec

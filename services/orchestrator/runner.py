@@ -1,0 +1,145 @@
+"""Executes a scenario run: one simulation per mode and sweep point, spread over simulator replicas.
+
+Free of gRPC: it talks to the other services through the Protocols in `peers.py`. A run's progress
+is the fraction of its simulations that have finished; every change is saved and announced to
+watchers through `on_change`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable
+
+from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
+
+from services.common.errors import FabricTwinError
+from services.orchestrator.peers import SimulatorPeer, TelemetryPeer
+from services.orchestrator.scenarios import PlannedSimulation
+
+__all__ = ["execute_run"]
+
+log = logging.getLogger("fabrictwin.orchestrator")
+
+_TERMINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
+
+
+def _fill_result(result: scenario_pb2.ModeResult, simulation: simulation_pb2.Simulation) -> None:
+    result.state = simulation.state
+    if simulation.state == common_pb2.JOB_STATE_SUCCEEDED:
+        outcome = simulation.result
+        result.makespan_ns = outcome.makespan_ns
+        if outcome.jobs:
+            result.busbw_gbps = outcome.jobs[0].busbw_gbps
+            result.ideal_completion_ns = outcome.jobs[0].ideal_completion_ns
+        result.jobs.extend(outcome.jobs)
+        result.uplink_skew.CopyFrom(outcome.uplink_skew)
+        result.model_notes.extend(outcome.model_notes)
+    elif simulation.HasField("error"):
+        result.error.CopyFrom(simulation.error)
+
+
+async def _one(
+    planned: PlannedSimulation,
+    result: scenario_pb2.ModeResult,
+    simulators: SimulatorPeer,
+    poll_seconds: float,
+    changed: Callable[[], Awaitable[None]],
+) -> None:
+    try:
+        simulation = await simulators.start(planned.spec)
+        result.simulation = simulation.name
+        result.state = simulation.state
+        await changed()
+        while simulation.state not in _TERMINAL:
+            await asyncio.sleep(poll_seconds)
+            simulation = await simulators.get(simulation.name)
+        _fill_result(result, simulation)
+    except FabricTwinError as exc:
+        result.state = common_pb2.JOB_STATE_FAILED
+        result.error.CopyFrom(common_pb2.ErrorStatus(code=_code_number(exc.code), message=str(exc)))
+    await changed()
+
+
+def _code_number(name: str) -> int:
+    numbers = {
+        "INVALID_ARGUMENT": 3,
+        "NOT_FOUND": 5,
+        "ALREADY_EXISTS": 6,
+        "FAILED_PRECONDITION": 9,
+        "RESOURCE_EXHAUSTED": 8,
+        "UNAVAILABLE": 14,
+    }
+    return numbers.get(name, 13)
+
+
+async def execute_run(
+    run: scenario_pb2.Run,
+    planned: list[PlannedSimulation],
+    simulators: SimulatorPeer,
+    telemetry: TelemetryPeer | None,
+    on_change: Callable[[scenario_pb2.Run], Awaitable[None]],
+    *,
+    store_telemetry: bool = False,
+    parallelism: int = 8,
+    poll_seconds: float = 0.05,
+) -> scenario_pb2.Run:
+    """Run every planned simulation (at most `parallelism` at once) and fill `run` as they finish."""
+    run.state = common_pb2.JOB_STATE_RUNNING
+    run.progress.stage = "simulating"
+    del run.results[:]
+    for i, p in enumerate(planned):
+        result = run.results.add(label=p.label, state=common_pb2.JOB_STATE_PENDING)
+        result.load_balancing.CopyFrom(p.spec.load_balancing)
+        result.sweep_point.update(p.sweep_point)
+        if store_telemetry:
+            source_id = f"{run.name.rsplit('/', 1)[-1]}-{i}"
+            result.telemetry_source = f"sources/{source_id}"
+            p.spec.telemetry_source = source_id
+    await on_change(run)
+
+    lock = asyncio.Lock()
+
+    async def changed() -> None:
+        async with lock:
+            done = sum(r.state in _TERMINAL for r in run.results)
+            run.progress.fraction = done / max(1, len(run.results))
+            await on_change(run)
+
+    if store_telemetry and telemetry is not None:
+        for p, result in zip(planned, run.results, strict=True):
+            await telemetry.create_source(
+                p.spec.telemetry_source,
+                telemetry_pb2.Source(
+                    kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
+                    display_name=f"{run.name} {result.label}",
+                    fabric=p.spec.fabric,
+                ),
+            )
+
+    gate = asyncio.Semaphore(max(1, parallelism))
+
+    async def gated(p: PlannedSimulation, r: scenario_pb2.ModeResult) -> None:
+        async with gate:
+            await _one(p, r, simulators, poll_seconds, changed)
+
+    await asyncio.gather(*(gated(p, r) for p, r in zip(planned, run.results, strict=True)))
+    failed = [r for r in run.results if r.state != common_pb2.JOB_STATE_SUCCEEDED]
+    if failed:
+        # No silent partial result: one failed mode fails the run; each mode keeps its own state
+        # and error, and the successful ones keep their results for inspection.
+        run.state = common_pb2.JOB_STATE_FAILED
+        run.error.CopyFrom(failed[0].error)
+        names = ", ".join(
+            f"{r.label}: {r.error.message or common_pb2.JobState.Name(r.state)}" for r in failed
+        )
+        run.error.message = f"{len(failed)} of {len(run.results)} simulations failed ({names})"
+    else:
+        run.state = common_pb2.JOB_STATE_SUCCEEDED
+    run.progress.fraction = 1.0
+    run.progress.stage = "done"
+    run.end_time.FromDatetime(dt.datetime.now(dt.UTC))
+    await on_change(run)
+    log.info("run finished", extra={"run": run.name, "state": common_pb2.JobState.Name(run.state)})
+    return run

@@ -1,0 +1,79 @@
+import pytest
+from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.orchestrator.comparison import compare
+from services.orchestrator.diagnosis import ecmp_pinning, lossy_links
+
+OK = common_pb2.JOB_STATE_SUCCEEDED
+
+
+def mode(
+    label: str, makespan: int, ideal: int, hot: float = 0.0, idle: float = 0.0
+) -> scenario_pb2.ModeResult:
+    return scenario_pb2.ModeResult(
+        label=label,
+        state=OK,
+        makespan_ns=makespan,
+        ideal_completion_ns=ideal,
+        uplink_skew=simulation_pb2.UtilisationSkew(share_hot=hot, share_idle=idle, max_over_mean=1.5),
+    )
+
+
+def test_comparison_reports_slowdowns_against_baseline_and_ideal():
+    run = scenario_pb2.Run(
+        name="scenarios/s/runs/r",
+        state=OK,
+        results=[mode("ECMP", 3_000_000, 1_000_000, 0.4, 0.3), mode("ADAPTIVE", 1_020_000, 1_000_000)],
+    )
+    result = compare([run])
+    ecmp, adaptive = result.rows
+    assert result.baseline == "ECMP"
+    assert ecmp.slowdown_vs_baseline == 1.0
+    assert adaptive.slowdown_vs_baseline == pytest.approx(0.34)
+    assert ecmp.slowdown_vs_ideal == pytest.approx(3.0)
+    assert ecmp.uplink_share_hot == pytest.approx(0.4)
+    assert "ADAPTIVE finishes 2.94x faster than ECMP" in result.summary
+
+
+def test_comparison_with_a_named_baseline_and_a_missing_one():
+    run = scenario_pb2.Run(
+        name="scenarios/s/runs/r",
+        state=OK,
+        results=[mode("ECMP", 2_000, 1_000), mode("ADAPTIVE", 1_000, 1_000)],
+    )
+    assert compare([run], "ADAPTIVE").rows[0].slowdown_vs_baseline == 2.0
+    with pytest.raises(InvalidArgument, match="baseline"):
+        compare([run], "SPRAY")
+
+
+def test_unfinished_runs_cannot_be_compared():
+    with pytest.raises(FailedPrecondition, match="JOB_STATE_RUNNING"):
+        compare([scenario_pb2.Run(name="scenarios/s/runs/r", state=common_pb2.JOB_STATE_RUNNING)])
+
+
+def ports(values: dict[str, float]) -> list[telemetry_pb2.PortValue]:
+    return [telemetry_pb2.PortValue(port=k, value=v) for k, v in values.items()]
+
+
+def test_hot_and_idle_uplinks_at_once_are_diagnosed_as_ecmp_pinning():
+    finding = ecmp_pinning(
+        ports(
+            {"leaf-0->spine-0": 0.95, "leaf-0->spine-1": 0.9, "leaf-0->spine-2": 0.05, "leaf-0->spine-3": 0.1}
+        )
+    )
+    assert finding is not None
+    assert finding.kind == scenario_pb2.FINDING_KIND_ECMP_PINNING
+    assert finding.ports == ["leaf-0->spine-0", "leaf-0->spine-1"]
+    assert "2 of 4 links" in finding.evidence
+
+
+def test_evenly_loaded_uplinks_are_not_pinning():
+    assert ecmp_pinning(ports({"a": 0.85, "b": 0.9, "c": 0.88})) is None
+    assert ecmp_pinning(ports({"a": 0.5, "b": 0.4})) is None
+
+
+def test_links_with_drops_are_lossy_findings_most_lossy_first():
+    findings = lossy_links(ports({"a": 0.0, "b": 3.0, "c": 10.0}))
+    assert [f.ports[0] for f in findings] == ["c", "b"]
+    assert findings[0].kind == scenario_pb2.FINDING_KIND_LOSSY_LINK
