@@ -21,7 +21,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """Rejects calls without `authorization: Bearer <token>` with UNAUTHENTICATED."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def intercept_service(
         self,
@@ -33,9 +33,11 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
             return await continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         supplied = metadata.get("authorization", "")
-        if isinstance(supplied, str):
-            supplied = supplied.encode()
-        if hmac.compare_digest(supplied, self._expected):
+        if isinstance(supplied, bytes):
+            supplied = supplied.decode("latin-1")
+        scheme, _, token = supplied.strip().partition(" ")
+        # The scheme is case-insensitive (RFC 7235); the token is compared in constant time.
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._expected):
             return await continuation(handler_call_details)
         return rewrap_handler(await continuation(handler_call_details), method, _deny_unary, _deny_streaming)
 

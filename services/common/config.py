@@ -31,6 +31,9 @@ class ServiceConfig:
     log_level: str = "INFO"
     log_format: str = "auto"  # auto (JSON unless stderr is a terminal), json, text
     grace_seconds: float = 5.0
+    # On SIGTERM: report NOT_SERVING and keep answering (health Check included) this long before the
+    # listener closes, so probers and load balancers see NOT_SERVING and move away first.
+    drain_seconds: float = 0.0
     max_message_bytes: int = 64 * 1024 * 1024
     keepalive_time_ms: int = 30_000
     keepalive_timeout_ms: int = 10_000
@@ -56,13 +59,57 @@ def _env_name(field: str) -> str:
     return "FABRICTWIN_" + field.upper()
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+_LOG_FORMATS = ("auto", "json", "text")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _from_env(action: argparse.Action, raw: str) -> Any:
+    """Convert an environment value the way the flag would be converted; SystemExit names the variable."""
+    name = _env_name(action.dest)
+    if action.nargs == 0 and isinstance(action.const, bool):  # store_true / store_false
+        if raw.strip().lower() not in _TRUE + _FALSE:
+            raise SystemExit(f"{name}={raw!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
+        return (raw.strip().lower() in _TRUE) == action.const
+    if action.type is None:
+        return raw
+    try:
+        return action.type(raw)
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        kind = getattr(action.type, "__name__", "a valid value")
+        raise SystemExit(f"{name}={raw!r}: expected {kind}") from exc
+
+
+def _check(config: ServiceConfig) -> None:
+    """Reject values that parse but cannot work, naming the flag and its variable."""
+
+    def fail(field: str, problem: str) -> None:
+        flag = "--" + field.replace("_", "-")
+        raise SystemExit(f"{flag} / {_env_name(field)}={getattr(config, field)!r}: {problem}")
+
+    if config.log_format not in _LOG_FORMATS:
+        fail("log_format", f"expected one of {', '.join(_LOG_FORMATS)}")
+    if config.log_level.upper() not in _LOG_LEVELS:
+        fail("log_level", f"expected one of {', '.join(_LOG_LEVELS)}")
+    if not 0 <= config.port <= 65535:
+        fail("port", "expected 0..65535 (0: any free port)")
+    if not -1 <= config.metrics_port <= 65535:
+        fail("metrics_port", "expected -1 (off), 0 (any free port) or a port up to 65535")
+    if config.drain_seconds < 0:
+        fail("drain_seconds", "must not be negative")
+    for field in ("grace_seconds", "max_message_bytes", "keepalive_time_ms", "keepalive_timeout_ms"):
+        if getattr(config, field) <= 0:
+            fail(field, "must be positive")
+
+
 def load_config(
     service: str,
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
     extra_flags: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> ServiceConfig:
-    """Parse flags and environment into a ServiceConfig.
+    """Parse flags and environment into a ServiceConfig; a bad value exits naming the flag or variable.
 
     >>> load_config("topology", ["--port", "0"], env={}).port
     0
@@ -74,30 +121,29 @@ def load_config(
         if field.name in ("service", "extra"):
             continue
         default = getattr(defaults, field.name)
-        raw = env.get(_env_name(field.name))
-        kind = type(default)
-        if raw is not None:
-            try:
-                default = kind(raw)
-            except ValueError as exc:
-                raise SystemExit(f"{_env_name(field.name)}={raw!r}: expected {kind.__name__}") from exc
-        parser.add_argument(
+        action = parser.add_argument(
             "--" + field.name.replace("_", "-"),
             dest=field.name,
-            type=kind,
+            type=type(default),
             default=default,
             help=f"(env {_env_name(field.name)}, default {default!r})",
         )
+        raw = env.get(_env_name(field.name))
+        if raw is not None:
+            action.default = _from_env(action, raw)
     extra_names: list[str] = []
     if extra_flags is not None:
         before = {a.dest for a in parser._actions}
         extra_flags(parser)
-        extra_names = [a.dest for a in parser._actions if a.dest not in before]
         for action in parser._actions:
-            if action.dest in extra_names:
-                raw = env.get(_env_name(action.dest))
-                if raw is not None:
-                    action.default = action.type(raw) if action.type else raw
+            if action.dest in before:
+                continue
+            extra_names.append(action.dest)
+            raw = env.get(_env_name(action.dest))
+            if raw is not None:
+                action.default = _from_env(action, raw)
     args = vars(parser.parse_args(list(argv) if argv is not None else None))
     extra = {name: args.pop(name) for name in extra_names}
-    return ServiceConfig(service=service, extra=extra, **args)
+    config = ServiceConfig(service=service, extra=extra, **args)
+    _check(config)
+    return config

@@ -30,14 +30,16 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                entry[key] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+                # An extra field never overwrites ts, level, service, logger or msg.
+                name = f"extra_{key}" if key in entry else key
+                entry[name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)
 
 
 def configure_logging(service: str, level: str = "INFO", fmt: str = "auto") -> None:
-    """Set up the root logger once for a service process."""
+    """Set up the root logger for a service process: `fmt` is json, text, or auto (text on a terminal)."""
     handler = logging.StreamHandler(sys.stderr)
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     if use_json:

@@ -7,16 +7,22 @@ do not collide.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from services.common.interceptors import rewrap_handler
 
-__all__ = ["MetricsInterceptor", "RpcMetrics", "start_metrics_http"]
+__all__ = ["MetricsHttp", "MetricsInterceptor", "RpcMetrics", "start_metrics_http"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -83,20 +89,18 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     def _wrap_unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             start = time.perf_counter()
-            code = "OK"
+            code = "UNKNOWN"
             try:
                 result = behavior(request, context)
-                if hasattr(result, "__await__"):
+                if inspect.isawaitable(result):
                     result = await result
                 code = _code_of(context, "OK")
                 return result
-            except grpc.aio.AbortError:
-                code = _code_of(context, "UNKNOWN")
+            except asyncio.CancelledError:
+                code = "CANCELLED"
                 raise
             except BaseException:
-                code = _code_of(context, "UNKNOWN")
-                if code == "OK":
-                    code = "UNKNOWN"
+                code = _failure_code(context)
                 raise
             finally:
                 self.metrics.observe(method, code, time.perf_counter() - start)
@@ -106,18 +110,17 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     def _wrap_streaming(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
         async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
             start = time.perf_counter()
-            code = "OK"
+            code = "UNKNOWN"
             try:
                 async for item in behavior(request, context):
                     yield item
                 code = _code_of(context, "OK")
-            except grpc.aio.AbortError:
-                code = _code_of(context, "UNKNOWN")
+            except (asyncio.CancelledError, GeneratorExit):
+                # The caller went away mid-stream.
+                code = "CANCELLED"
                 raise
             except BaseException:
-                code = _code_of(context, "CANCELLED")
-                if code == "OK":
-                    code = "CANCELLED"
+                code = _failure_code(context)
                 raise
             finally:
                 self.metrics.observe(method, code, time.perf_counter() - start)
@@ -125,7 +128,46 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         return wrapper
 
 
-def start_metrics_http(metrics: RpcMetrics, host: str, port: int) -> int:
-    """Serve `/metrics` over HTTP in a daemon thread; returns the bound port."""
-    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
-    return server.server_port
+def _failure_code(context: grpc.aio.ServicerContext) -> str:
+    """The status an aborted or crashed call ended with; never OK."""
+    code = _code_of(context, "UNKNOWN")
+    return "UNKNOWN" if code == "OK" else code
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        """Scrapes are not worth a log line each."""
+
+
+class MetricsHttp:
+    """The `/metrics` HTTP endpoint of one server, in a daemon thread: its port, and `close()`."""
+
+    # prometheus_client's start_http_server polls for shutdown every 0.5 s; a stop should not wait that long.
+    _POLL_SECONDS = 0.05
+
+    def __init__(self, metrics: RpcMetrics, host: str, port: int) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        bind_host = host.strip("[]") or "0.0.0.0"
+        self._httpd = make_server(
+            bind_host, port, make_wsgi_app(metrics.registry), server_class, handler_class=_QuietHandler
+        )
+        self.port: int = self._httpd.server_port
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": self._POLL_SECONDS},
+            name=f"metrics-http-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and free the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics_http(metrics: RpcMetrics, host: str, port: int) -> MetricsHttp:
+    """Serve `/metrics` over HTTP (port 0: any free port); `.port` is the bound port, `.close()` stops it."""
+    return MetricsHttp(metrics, host, port)

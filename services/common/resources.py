@@ -19,7 +19,8 @@ __all__ = [
 ]
 
 DEFAULT_PAGE_SIZE = 50
-_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ID = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+_TOKEN = re.compile(r"o:(0|[1-9][0-9]{0,18})")
 
 
 def new_id(prefix: str) -> str:
@@ -29,7 +30,7 @@ def new_id(prefix: str) -> str:
 
 def validate_id(value: str, field: str) -> str:
     """AIP-122 ids: lower-case letters, digits and '-', starting with a letter, at most 63 chars."""
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):  # fullmatch: `$` would let a trailing newline through
         raise InvalidArgument(
             field,
             f"{value!r} is not a valid id (lower-case letters, digits and '-', start with a letter, <= 63)",
@@ -62,6 +63,7 @@ def page_size(requested: int, default: int = DEFAULT_PAGE_SIZE, maximum: int = 1
 
 
 def encode_page_token(offset: int) -> str:
+    """The token of the page that starts at `offset`."""
     return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
 
 
@@ -70,12 +72,10 @@ def decode_page_token(token: str) -> int:
     if not token:
         return 0
     try:
-        text = base64.urlsafe_b64decode(token.encode()).decode()
-        if not text.startswith("o:"):
-            raise ValueError
-        offset = int(text[2:])
-        if offset < 0:
-            raise ValueError
-        return offset
-    except (ValueError, UnicodeDecodeError) as exc:
+        text = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode("ascii")
+    except (ValueError, UnicodeError) as exc:  # binascii.Error is a ValueError
         raise InvalidArgument("page_token", "not a token returned by a previous page") from exc
+    match = _TOKEN.fullmatch(text)
+    if match is None:
+        raise InvalidArgument("page_token", "not a token returned by a previous page")
+    return int(match.group(1))

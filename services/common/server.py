@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from services.common.auth import BearerTokenInterceptor
 from services.common.config import ServiceConfig, load_config
 from services.common.interceptors import ErrorInterceptor
 from services.common.logs import configure_logging
-from services.common.metrics import MetricsInterceptor, RpcMetrics, start_metrics_http
+from services.common.metrics import MetricsHttp, MetricsInterceptor, RpcMetrics, start_metrics_http
 
 __all__ = ["RunningServer", "ServiceDefinition", "create_server", "run_service", "serving"]
 
@@ -41,6 +42,9 @@ class ServiceDefinition:
     add_to_server: Callable[[Any, grpc.aio.Server], None]
 
 
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
 @dataclasses.dataclass
 class RunningServer:
     """A started server and what a caller needs to talk to it or stop it."""
@@ -52,42 +56,92 @@ class RunningServer:
     metrics: RpcMetrics
     metrics_port: int | None
     grace_seconds: float
+    host: str = "127.0.0.1"
+    metrics_http: MetricsHttp | None = None
+    drain_seconds: float = 0.0
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Where a client on this machine reaches the server (loopback when bound to every interface)."""
+        host = "127.0.0.1" if self.host in _WILDCARD_HOSTS else self.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{host}:{self.port}"
 
     async def stop(self, grace: float | None = None) -> None:
-        """Report NOT_SERVING, then let in-flight calls finish for `grace` seconds."""
-        for definition in self.services:
-            await self.health.set(definition.full_name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self.server.stop(self.grace_seconds if grace is None else grace)
+        """Report NOT_SERVING for every service, then let in-flight calls finish for `grace` seconds.
+
+        Health Watch streams see NOT_SERVING at once and the status can no longer be set back to
+        SERVING. For `drain_seconds` the server keeps accepting calls, so a prober polling Check reads
+        NOT_SERVING; after that new calls are refused and in-flight ones get `grace` to finish.
+        """
+        await self.health.enter_graceful_shutdown()
+        if self.drain_seconds > 0:
+            # Still accepting calls: a prober polling Check now reads NOT_SERVING, not a refusal.
+            await asyncio.sleep(self.drain_seconds)
+        metrics_http, self.metrics_http = self.metrics_http, None
+        try:
+            await self.server.stop(self.grace_seconds if grace is None else grace)
+        finally:
+            if metrics_http is not None:
+                await asyncio.to_thread(metrics_http.close)  # joins a thread: off the event loop
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def _read(path: str, flag: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise OSError(f"{flag} {path}: cannot read ({exc.strerror})") from exc
+
+
+def _check_tls_files(config: ServiceConfig) -> None:
+    """Fail at start-up, naming the flags, rather than with grpc's "failed to bind" or at the first call."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"--tls-cert {config.tls_cert} and --tls-key {config.tls_key} are not a PEM certificate and "
+            f"its private key ({exc.reason or exc})"
+        ) from exc
+    if config.tls_client_ca:
+        try:
+            context.load_verify_locations(cafile=config.tls_client_ca)
+        except ssl.SSLError as exc:
+            raise ValueError(
+                f"--tls-client-ca {config.tls_client_ca} holds no PEM certificate ({exc.reason or exc})"
+            ) from exc
 
 
 def server_credentials(config: ServiceConfig) -> grpc.ServerCredentials | None:
-    """TLS credentials when a certificate is configured; mutual TLS when a client CA is too."""
+    """TLS credentials when a certificate is configured; mutual TLS when a client CA is too.
+
+    ValueError when the configuration is incomplete or the files are not a matching certificate and key;
+    OSError naming the flag when a file cannot be read.
+    """
     if not config.tls_cert and not config.tls_key:
         if config.tls_client_ca:
             raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
         return None
     if not (config.tls_cert and config.tls_key):
-        raise ValueError("TLS needs both --tls-cert and --tls-key")
-    pair = [(_read(config.tls_key), _read(config.tls_cert))]
-    if config.tls_client_ca:
-        return grpc.ssl_server_credentials(
-            pair, root_certificates=_read(config.tls_client_ca), require_client_auth=True
-        )
+        missing = "--tls-key" if config.tls_cert else "--tls-cert"
+        raise ValueError(f"TLS needs both --tls-cert and --tls-key; {missing} is not set")
+    pair = [(_read(config.tls_key, "--tls-key"), _read(config.tls_cert, "--tls-cert"))]
+    client_ca = _read(config.tls_client_ca, "--tls-client-ca") if config.tls_client_ca else None
+    _check_tls_files(config)
+    if client_ca is not None:
+        return grpc.ssl_server_credentials(pair, root_certificates=client_ca, require_client_auth=True)
     return grpc.ssl_server_credentials(pair)
 
 
 async def create_server(config: ServiceConfig, services: Sequence[ServiceDefinition]) -> RunningServer:
-    """Build, bind and start a server for `services`; port 0 binds any free port (tests)."""
+    """Build, bind and start a server for `services`; port 0 binds any free port (tests).
+
+    Raises ValueError for an inconsistent TLS configuration and OSError for an unreadable certificate
+    or a port that cannot be bound.
+    """
+    credentials = server_credentials(config)
     metrics = RpcMetrics()
     interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
     if config.auth_token:
@@ -98,6 +152,7 @@ async def create_server(config: ServiceConfig, services: Sequence[ServiceDefinit
         ("grpc.max_send_message_length", config.max_message_bytes),
         ("grpc.keepalive_time_ms", config.keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
+        # The least interval at which clients may ping an idle connection before they are told to stop.
         ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.so_reuseport", 0),
@@ -110,22 +165,37 @@ async def create_server(config: ServiceConfig, services: Sequence[ServiceDefinit
     names = [d.full_name for d in services]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     address = f"{config.host}:{config.port}"
-    credentials = server_credentials(config)
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:  # grpc raises RuntimeError("Failed to bind ...") when the port is taken
+        raise OSError(f"cannot bind {address}: {exc}") from exc
     if port == 0:
-        raise OSError(f"could not bind {address}")
+        raise OSError(f"cannot bind {address}")
     await server.start()
-    for name in names:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    metrics_port = None
-    if config.metrics_port >= 0:
-        metrics_port = start_metrics_http(metrics, config.host, config.metrics_port)
+    try:
+        for name in names:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        metrics_http = None
+        if config.metrics_port >= 0:
+            metrics_http = start_metrics_http(metrics, config.host, config.metrics_port)
+    except BaseException:
+        await server.stop(0)
+        raise
     return RunningServer(
-        server, port, health_servicer, list(services), metrics, metrics_port, config.grace_seconds
+        server,
+        port,
+        health_servicer,
+        list(services),
+        metrics,
+        None if metrics_http is None else metrics_http.port,
+        config.grace_seconds,
+        host=config.host,
+        drain_seconds=config.drain_seconds,
+        metrics_http=metrics_http,
     )
 
 
@@ -148,25 +218,30 @@ ServicesFactory = Callable[[ServiceConfig], Awaitable[tuple[Sequence[ServiceDefi
 
 
 async def _serve(config: ServiceConfig, build: ServicesFactory) -> None:
-    services, cleanup = await build(config)
-    running = await create_server(config, services)
-    log.info(
-        "serving",
-        extra={
-            "address": f"{config.host}:{running.port}",
-            "metrics_port": running.metrics_port,
-            "services": ",".join(d.full_name for d in services),
-        },
-    )
+    # Handlers first: a SIGTERM that arrives while the service builds, or just after "serving" is
+    # logged, must still mean a graceful stop rather than death by the default handler.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("shutting down", extra={"grace_seconds": config.grace_seconds})
-    await running.stop()
-    if cleanup is not None:
-        await cleanup()
+    services, cleanup = await build(config)
+    try:
+        running = await create_server(config, services)
+        log.info(
+            "serving",
+            extra={
+                "address": f"{config.host}:{running.port}",
+                "port": running.port,
+                "metrics_port": running.metrics_port,
+                "services": ",".join(d.full_name for d in services),
+            },
+        )
+        await stop.wait()
+        log.info("shutting down", extra={"grace_seconds": config.grace_seconds})
+        await running.stop()
+    finally:
+        if cleanup is not None:
+            await cleanup()
     log.info("stopped")
 
 

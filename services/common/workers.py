@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -22,8 +23,11 @@ class WorkerPool:
         )
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` in a worker; `fn` and its arguments must be picklable."""
+        """Run `fn(*args)` in a worker; `fn` (module-level) and its arguments must be picklable."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True, True)
+        """Cancel queued work, wait for running work, and end the worker processes."""
+        # cancel_futures is keyword-only: run_in_executor passes positional arguments only.
+        shutdown = functools.partial(self._executor.shutdown, wait=True, cancel_futures=True)
+        await asyncio.get_running_loop().run_in_executor(None, shutdown)

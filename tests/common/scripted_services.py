@@ -18,7 +18,6 @@ WatchFabric yields its first event before applying the script, so failures happe
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 
 from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc, topology_pb2, topology_pb2_grpc
@@ -31,7 +30,6 @@ __all__ = [
     "ScriptedTelemetry",
     "ScriptedTopology",
     "scripted_definitions",
-    "worker_pid_and_square",
 ]
 
 SECRET = "password=hunter2 at /srv/fabrictwin/core.py"
@@ -97,8 +95,3 @@ def scripted_definitions() -> list[ServiceDefinition]:
             telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server,
         ),
     ]
-
-
-def worker_pid_and_square(value: int) -> tuple[int, int]:
-    """CPU work for WorkerPool tests: the worker's pid and value squared."""
-    return os.getpid(), value * value

@@ -1,0 +1,141 @@
+"""The local stack: the four services as separate processes on localhost.
+
+Used by `make run` (through `python -m services.stack`, which then runs the demo) and by the system
+tests, so both start the services the same way a user would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+__all__ = ["SERVICES", "Stack", "free_port", "start_stack"]
+
+# Process name -> the gRPC service it serves (its health-check name).
+SERVICES = {
+    "topology": "fabrictwin.v1.TopologyService",
+    "simulator": "fabrictwin.v1.SimulationService",
+    "telemetry": "fabrictwin.v1.TelemetryService",
+    "orchestrator": "fabrictwin.v1.ScenarioService",
+}
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the services need fixed ports to find each other)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Stack:
+    """Four running service processes and their addresses."""
+
+    ports: dict[str, int]
+    processes: dict[str, subprocess.Popen]
+    data_dir: pathlib.Path
+
+    def address(self, service: str) -> str:
+        return f"127.0.0.1:{self.ports[service]}"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """Environment that points the SDK and CLI at this stack."""
+        return {f"FABRICTWIN_{name.upper()}_ADDRESS": self.address(name) for name in SERVICES}
+
+    def log_path(self, service: str) -> pathlib.Path:
+        return self.data_dir / "logs" / f"{service}.log"
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Block until every service answers its health check with SERVING."""
+        deadline = time.monotonic() + timeout
+        for name, full_name in SERVICES.items():
+            with grpc.insecure_channel(self.address(name)) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                while True:
+                    proc = self.processes[name]
+                    if proc.poll() is not None:
+                        raise RuntimeError(
+                            f"{name} exited with {proc.returncode}; log: {self.log_path(name)}\n"
+                            + self.log_path(name).read_text()[-3000:]
+                        )
+                    try:
+                        reply = stub.Check(health_pb2.HealthCheckRequest(service=full_name), timeout=1)
+                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                            break
+                    except grpc.RpcError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{name} did not report SERVING within {timeout:.0f} s")
+                    time.sleep(0.1)
+
+    def stop(self, timeout: float = 20.0) -> dict[str, int]:
+        """SIGTERM every process (graceful shutdown), then wait; returns exit codes."""
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, proc in self.processes.items():
+            try:
+                codes[name] = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        return codes
+
+
+def start_stack(
+    data_dir: str | os.PathLike[str] = ".fabrictwin",
+    ports: Mapping[str, int] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    workers: int = 1,
+) -> Stack:
+    """Start the four services (SQLite under data_dir) and return without waiting for them."""
+    data = pathlib.Path(data_dir).resolve()
+    (data / "logs").mkdir(parents=True, exist_ok=True)
+    chosen = dict(ports) if ports else {name: free_port() for name in SERVICES}
+    env = {**os.environ, **(extra_env or {})}
+    env.update(
+        FABRICTWIN_DATA_DIR=str(data),
+        FABRICTWIN_LOG_FORMAT=env.get("FABRICTWIN_LOG_FORMAT", "json"),
+        FABRICTWIN_TOPOLOGY_ADDRESS=f"127.0.0.1:{chosen['topology']}",
+        FABRICTWIN_SIMULATOR_ADDRESSES=f"127.0.0.1:{chosen['simulator']}",
+        FABRICTWIN_TELEMETRY_ADDRESS=f"127.0.0.1:{chosen['telemetry']}",
+        FABRICTWIN_WORKERS=str(workers),
+    )
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    processes = {}
+    for name in SERVICES:
+        log = open(data / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", f"services.{name}", "--port", str(chosen[name])],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+    return Stack(chosen, processes, data)
+
+
+@contextlib.contextmanager
+def running_stack(data_dir: str | os.PathLike[str], **kwargs) -> Iterator[Stack]:
+    """Start, wait for SERVING, yield, and always stop."""
+    stack = start_stack(data_dir, **kwargs)
+    try:
+        stack.wait_serving()
+        yield stack
+    finally:
+        stack.stop()
