@@ -1,0 +1,115 @@
+"""Cumulative counters become per-interval deltas: wraps, resets, InfiniBand's 4-octet units."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.telemetry.counters import CounterKind, InvalidReading, counter_deltas, counter_readings
+from services.telemetry.store import TelemetryStore
+
+
+def _deltas(kind: CounterKind, readings: list[int]) -> list[float]:
+    values = np.array(readings, dtype=np.uint64)
+    previous = np.concatenate([[0], values[:-1]]).astype(np.uint64)
+    has_previous = np.arange(len(readings)) > 0
+    return counter_deltas(kind, values, previous, has_previous).tolist()
+
+
+def test_a_32_bit_counter_that_wraps_counts_across_the_wrap():
+    assert _deltas(CounterKind.CUMULATIVE_32, [2**32 - 10, 5, 25])[1:] == [15.0, 20.0]
+
+
+def test_a_64_bit_counter_that_drops_was_reset_and_counts_from_zero():
+    assert _deltas(CounterKind.CUMULATIVE_64, [1000, 1500, 30, 40])[1:] == [500.0, 30.0, 10.0]
+
+
+def test_infiniband_data_counters_count_four_octets_per_unit():
+    assert _deltas(CounterKind.IB_DATA_32, [2**32 - 1, 1])[1:] == [8.0]
+    assert _deltas(CounterKind.IB_DATA_64, [100, 150])[1:] == [200.0]
+
+
+def test_a_16_bit_symbol_error_counter_wraps_at_65536():
+    assert _deltas(CounterKind.CUMULATIVE_16, [65530, 4])[1:] == [10.0]
+
+
+def test_a_ports_first_reading_has_no_delta():
+    assert np.isnan(_deltas(CounterKind.CUMULATIVE_64, [7, 9])[0])
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "row"),
+    [
+        (np.array([1.0, 2.5]), CounterKind.CUMULATIVE_64, 1),
+        (np.array([1, -2], dtype=np.int64), CounterKind.CUMULATIVE_64, 1),
+        (np.array([2**32], dtype=np.uint64), CounterKind.CUMULATIVE_32, 0),
+        (np.array([3.0, 70000.0]), CounterKind.CUMULATIVE_16, 1),
+        (np.array([np.nan]), CounterKind.IB_DATA_64, 0),
+    ],
+)
+def test_readings_a_counter_cannot_hold_are_refused_naming_the_row(values, kind, row):
+    with pytest.raises(InvalidReading) as caught:
+        counter_readings(values, kind)
+    assert caught.value.row == row
+
+
+def _ingest_readings(store: TelemetryStore, source_id: str, ports, port_index, time_ns, readings, kind):
+    return store.ingest(
+        source_id,
+        ports,
+        np.asarray(port_index),
+        np.asarray(time_ns),
+        {"rx_bytes": np.asarray(readings, dtype=np.uint64)},
+        {"rx_bytes": kind},
+    )
+
+
+def _stored(store: TelemetryStore, source_id: str, port: str) -> list[float]:
+    """The stored deltas of a port; a first reading has none (NULL), so it is not in the series."""
+    return store.query_series(source_id, "rx_bytes", port_patterns=[port]).series[0].values.tolist()
+
+
+def test_cumulative_readings_are_stored_as_deltas_across_batches(store: TelemetryStore, source_id: str):
+    kind = CounterKind.IB_DATA_32
+    # Rows arrive interleaved and out of order inside the batch; deltas follow each port's time order.
+    first = _ingest_readings(
+        store, source_id, ["a", "b"], [1, 0, 0, 1], [10, 20, 10, 20], [500, 300, 100, 800], kind
+    )
+    assert (first.stored, first.rejected) == (4, 0)
+    _ingest_readings(store, source_id, ["a", "b"], [0, 1], [30, 30], [2**32 - 100, 5], kind)
+    _ingest_readings(store, source_id, ["a"], [0], [40], [50], kind)
+    # a reads 100, 300, 2^32-100, 50: 4 octets per unit, and across the wrap.
+    assert _stored(store, source_id, "a") == [800.0, (2**32 - 100 - 300) * 4.0, 150 * 4.0]
+    # b reads 500, 800, 5: the drop of a 32-bit counter is a wrap.
+    assert _stored(store, source_id, "b") == [1200.0, 4.0 * ((5 - 800) % 2**32)]
+    assert store.get_source(source_id).sample_count == 7  # first readings are rows too
+
+
+def test_a_resent_cumulative_batch_is_duplicates_and_leaves_the_deltas_right(
+    store: TelemetryStore, source_id: str
+):
+    kind = CounterKind.CUMULATIVE_64
+    _ingest_readings(store, source_id, ["a"], [0, 0], [10, 20], [100, 160], kind)
+    again = _ingest_readings(store, source_id, ["a"], [0, 0], [10, 20], [100, 160], kind)
+    assert (again.stored, again.duplicates, again.rejected) == (0, 2, 0)
+    _ingest_readings(store, source_id, ["a"], [0], [30], [200], kind)
+    assert _stored(store, source_id, "a") == [60.0, 40.0]
+
+
+def test_64_bit_readings_above_2_to_the_63_stay_exact(store: TelemetryStore, source_id: str):
+    kind = CounterKind.CUMULATIVE_64
+    _ingest_readings(store, source_id, ["a"], [0], [10], [2**64 - 10], kind)
+    _ingest_readings(store, source_id, ["a"], [0], [20], [2**64 - 4], kind)
+    assert _stored(store, source_id, "a") == [6.0]
+
+
+def test_a_late_cumulative_reading_rejects_its_batch_naming_the_counter_kind(
+    store: TelemetryStore, source_id: str
+):
+    kind = CounterKind.CUMULATIVE_32
+    _ingest_readings(store, source_id, ["a"], [0, 0], [10, 30], [1, 3], kind)
+    late = _ingest_readings(store, source_id, ["a"], [0, 0], [20, 40], [2, 4], kind)
+    assert (late.stored, late.rejected) == (0, 2)
+    assert late.reasons[0].reason.startswith("columns[0].counter_kind:")
+    assert late.reasons[0].row == 0
+    assert _stored(store, source_id, "a") == [2.0]

@@ -1,0 +1,159 @@
+"""Ingest through the store: round trips, idempotence, atomicity and reasons that name the field."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.common.errors import AlreadyExists, InvalidArgument, NotFound
+from services.telemetry.counters import CounterKind
+from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
+
+PORTS = ["leaf-1/p1", "leaf-1/p2", "spine-1/p1"]
+
+
+def _rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """n rows over the three ports at distinct times, with tx_bytes and utilisation."""
+    rng = np.random.default_rng(seed)
+    port_index = np.arange(n, dtype=np.int32) % len(PORTS)
+    time_ns = (np.arange(n, dtype=np.int64) // len(PORTS)) * 1_000_000
+    columns = {"tx_bytes": rng.integers(0, 10**9, n).astype(np.float64), "utilisation": rng.random(n)}
+    return port_index, time_ns, columns
+
+
+def test_a_batch_round_trips_through_the_store(store: TelemetryStore, source_id: str):
+    port_index, time_ns, columns = _rows(300)
+    outcome = store.ingest(source_id, PORTS, port_index, time_ns, columns)
+    assert (outcome.stored, outcome.duplicates, outcome.rejected) == (300, 0, 0)
+    page = store.query_series(source_id, "utilisation")
+    assert [s.port for s in page.series] == sorted(PORTS)
+    for series in page.series:
+        mine = port_index == PORTS.index(series.port)
+        np.testing.assert_array_equal(series.time_ns, time_ns[mine])
+        np.testing.assert_array_equal(series.values, columns["utilisation"][mine])
+    assert store.get_source(source_id).sample_count == 300
+
+
+def test_a_resent_batch_is_counted_as_duplicates_and_not_stored_twice(store: TelemetryStore, source_id: str):
+    port_index, time_ns, columns = _rows(90)
+    store.ingest(source_id, PORTS, port_index, time_ns, columns)
+    again = store.ingest(source_id, PORTS, port_index, time_ns, columns)
+    assert (again.stored, again.duplicates, again.rejected) == (0, 90, 0)
+    assert store.get_source(source_id).sample_count == 90
+    series = store.query_series(source_id, "tx_bytes", port_patterns=["leaf-1/p1"]).series[0]
+    assert series.time_ns.size == 30
+
+
+def test_a_half_new_batch_stores_only_the_new_half(store: TelemetryStore, source_id: str):
+    port_index, time_ns, columns = _rows(60)
+    store.ingest(source_id, PORTS, port_index[:30], time_ns[:30], {k: v[:30] for k, v in columns.items()})
+    outcome = store.ingest(source_id, PORTS, port_index, time_ns, columns)
+    assert (outcome.stored, outcome.duplicates) == (30, 30)
+
+
+def test_repeated_rows_inside_a_batch_keep_the_first_and_count_the_rest(
+    store: TelemetryStore, source_id: str
+):
+    outcome = store.ingest(
+        source_id, PORTS, np.array([0, 0, 1, 0]), np.array([5, 5, 5, 5]), {"drops": np.array([1.0, 2, 3, 4])}
+    )
+    assert (outcome.stored, outcome.duplicates) == (2, 2)
+    series = store.query_series(source_id, "drops", port_patterns=[PORTS[0]]).series[0]
+    assert series.values.tolist() == [1.0]
+
+
+def test_a_batch_with_one_bad_row_stores_nothing(store: TelemetryStore, source_id: str):
+    port_index, time_ns, columns = _rows(50)
+    columns["utilisation"][37] = np.nan
+    outcome = store.ingest(source_id, PORTS, port_index, time_ns, columns)
+    assert (outcome.stored, outcome.rejected) == (0, 50)
+    assert outcome.reasons[0].row == 37
+    assert outcome.reasons[0].reason.startswith("columns[1].values:")
+    assert store.get_source(source_id).sample_count == 0
+    assert all(s.time_ns.size == 0 for s in store.query_series(source_id, "tx_bytes").series)
+
+
+def test_a_batch_that_fails_in_the_database_leaves_no_new_ports(store: TelemetryStore, source_id: str):
+    # The cumulative column is rejected only after ports were created inside the transaction.
+    kinds = {"tx_bytes": CounterKind.CUMULATIVE_64}
+    store.ingest(
+        source_id, ["a"], np.array([0]), np.array([100]), {"tx_bytes": np.array([5], np.uint64)}, kinds
+    )
+    late = store.ingest(
+        source_id,
+        ["a", "new-port"],
+        np.array([0, 1]),
+        np.array([50, 50]),
+        {"tx_bytes": np.array([1, 1], np.uint64)},
+        kinds,
+    )
+    assert late.rejected == 2
+    assert [s.port for s in store.query_series(source_id, "tx_bytes").series] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "row"),
+    [
+        (lambda b: b.update(port_index=np.array([0, 1, 3])), "port_index", 2),
+        (lambda b: b.update(port_index=np.array([0, 1])), "port_index", -1),
+        (lambda b: b.update(time_ns=np.array([0, -5, 10])), "time_ns", 1),
+        (lambda b: b.update(time_ns=np.array([0.0, 1.0, 2.0])), "time_ns", -1),
+        (lambda b: b.update(ports=["a", "a", "b"]), "ports[1]", -1),
+        (lambda b: b.update(ports=["a", "", "b"]), "ports[1]", -1),
+        (lambda b: b["columns"].update(rx_bytes=np.ones(2)), "columns[1].values", -1),
+        (lambda b: b["columns"].update(tx_bytes=np.array([1.0, np.inf, 3.0])), "columns[0].values", 1),
+        (lambda b: b["columns"].update(bogus=np.ones(3)), "columns[1]", -1),
+        (lambda b: b.update(columns={}), "columns", -1),
+    ],
+)
+def test_bad_input_is_rejected_whole_with_a_reason_naming_the_field(
+    store: TelemetryStore, source_id: str, change, field: str, row: int
+):
+    batch = {
+        "ports": ["a", "b", "c"],
+        "port_index": np.array([0, 1, 2]),
+        "time_ns": np.array([0, 5, 10]),
+        "columns": {"tx_bytes": np.array([1.0, 2.0, 3.0])},
+    }
+    change(batch)
+    outcome = store.ingest(source_id, **batch)
+    assert outcome.stored == 0 and outcome.rejected == 3
+    assert outcome.reasons[0].reason.startswith(f"{field}:"), outcome.reasons[0].reason
+    assert outcome.reasons[0].row == row
+
+
+def test_a_batch_for_an_unknown_source_is_rejected_naming_the_source(store: TelemetryStore):
+    outcome = store.ingest("no-such-source", ["a"], np.array([0]), np.array([0]), {"drops": np.array([1.0])})
+    assert outcome.rejected == 1
+    assert outcome.reasons[0].reason == "source: sources/no-such-source does not exist"
+
+
+def test_sources_are_created_listed_and_deleted_with_their_samples(store: TelemetryStore, new_source):
+    first = new_source("aaa")
+    second = store.create_source(
+        SourceRecord(f"{first}-run", SourceKind.SIMULATED, fabric="fabrics/f1", simulation="simulations/s1")
+    )
+    with pytest.raises(AlreadyExists):
+        store.create_source(SourceRecord(first, SourceKind.LIVE))
+    with pytest.raises(InvalidArgument, match="source_id"):
+        store.create_source(SourceRecord("Not_An_Id", SourceKind.LIVE))
+    with pytest.raises(InvalidArgument, match=r"source\.fabric"):
+        store.create_source(SourceRecord("fine-id", SourceKind.LIVE, fabric="f1"))
+    store.ingest(second.id, ["a"], np.array([0]), np.array([0]), {"drops": np.array([1.0])})
+    assert store.get_source(second.id).simulation == "simulations/s1"
+
+    listed, offset, ids = [], 0, []
+    while offset is not None:
+        listed, offset = store.list_sources(offset, 1)
+        ids += [s.id for s in listed]
+    assert first in ids and second.id in ids and ids == sorted(ids)
+
+    store.delete_source(second.id)
+    with pytest.raises(NotFound):
+        store.get_source(second.id)
+    with pytest.raises(NotFound):
+        store.delete_source(second.id)
+    # A new source with the old id starts empty.
+    store.create_source(SourceRecord(second.id, SourceKind.SIMULATED))
+    assert store.query_series(second.id, "drops").series == []
+    store.delete_source(second.id)
