@@ -1,0 +1,34 @@
+"""`python -m services.topology`: the TopologyService server (fabrics in SQL, routes in memory)."""
+
+from __future__ import annotations
+
+from fabrictwin.v1 import topology_pb2_grpc
+
+from services.common.config import ServiceConfig
+from services.common.db import make_engine
+from services.common.server import Cleanup, ServiceDefinition, run_service
+from services.topology.registry import FabricRegistry
+from services.topology.servicer import TopologyServicer
+from services.topology.store import TopologyStore
+
+SERVICE_NAME = "fabrictwin.v1.TopologyService"
+
+
+async def build(config: ServiceConfig) -> tuple[list[ServiceDefinition], Cleanup]:
+    """Servicer over a store on `config.resolved_database_url()`; cleanup disposes the engine."""
+    engine = make_engine(config.resolved_database_url())
+    store = TopologyStore(engine)
+    store.create_tables()
+    servicer = TopologyServicer(FabricRegistry(store))
+
+    async def cleanup() -> None:
+        engine.dispose()
+
+    definition = ServiceDefinition(
+        SERVICE_NAME, servicer, topology_pb2_grpc.add_TopologyServiceServicer_to_server
+    )
+    return [definition], cleanup
+
+
+if __name__ == "__main__":
+    run_service("topology", build)

@@ -1,0 +1,260 @@
+"""SQL store of fabrics: one row per fabric, node and link, so a restart loses nothing.
+
+Routes are not stored: they are recomputed on load from the stored engine name (routing is
+deterministic for a given fabric and engine), and `routing_version` is kept so clients see the same
+version after a restart. Rows are written in bulk (Core `insert()` with lists of dicts) inside one
+transaction, so a fabric is either stored whole or not at all. Tables are created on start
+(`metadata.create_all`); migrations arrive with Alembic. Works on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from services.common.errors import AlreadyExists, NotFound
+from services.topology.fabric import Fabric
+
+__all__ = ["FabricRecord", "TopologyStore"]
+
+
+@dataclasses.dataclass
+class FabricRecord:
+    """What the store keeps about a fabric besides its nodes and links."""
+
+    id: str
+    display_name: str
+    spec: dict[str, Any] | None  # normalised FabricSpec dict when generated
+    imported_format: str | None  # e.g. "ibnetdiscover" when imported (issue #3)
+    labels: dict[str, str]
+    routing_engine: str
+    routing_version: int
+    host_count: int
+    switch_count: int
+    link_count: int
+    create_time: dt.datetime
+    update_time: dt.datetime
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    """SQLite hands back naive datetimes; everything stored is UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+class TopologyStore:
+    """Fabrics, their nodes and links in SQL; `table_prefix` keeps tests' tables apart."""
+
+    def __init__(self, engine: Engine, table_prefix: str = "topology_") -> None:
+        self.engine = engine
+        self.metadata = MetaData()
+        p = table_prefix
+        self.fabrics = Table(
+            f"{p}fabrics",
+            self.metadata,
+            Column("id", String(63), primary_key=True),
+            Column("display_name", String(256), nullable=False),
+            Column("spec", JSON, nullable=True),
+            Column("imported_format", String(32), nullable=True),
+            Column("labels", JSON, nullable=False),
+            Column("routing_engine", String(32), nullable=False),
+            Column("routing_version", BigInteger, nullable=False),
+            Column("host_count", Integer, nullable=False),
+            Column("switch_count", Integer, nullable=False),
+            Column("link_count", Integer, nullable=False),
+            Column("create_time", DateTime(timezone=True), nullable=False, index=True),
+            Column("update_time", DateTime(timezone=True), nullable=False),
+        )
+        fabric_fk = ForeignKey(f"{p}fabrics.id", ondelete="CASCADE")
+        self.nodes = Table(
+            f"{p}nodes",
+            self.metadata,
+            Column("fabric_id", String(63), fabric_fk, primary_key=True),
+            Column("idx", Integer, primary_key=True),
+            Column("name", String(256), nullable=False),
+            Column("kind", SmallInteger, nullable=False),
+            Column("tier", SmallInteger, nullable=False),
+            Column("radix", Integer, nullable=False),
+            Column("node_group", Integer, nullable=False),
+            Column("rail", Integer, nullable=False),
+            Column("guid", BigInteger, nullable=False),  # uint64 stored as its signed twin
+            Column("lid", Integer, nullable=False),
+            Column("ip", BigInteger, nullable=False),  # uint32
+        )
+        self.links = Table(
+            f"{p}links",
+            self.metadata,
+            Column(
+                "fabric_id", String(63), ForeignKey(f"{p}fabrics.id", ondelete="CASCADE"), primary_key=True
+            ),
+            Column("idx", Integer, primary_key=True),
+            Column("name", String(600), nullable=False),
+            Column("a", Integer, nullable=False),
+            Column("port_a", Integer, nullable=False),
+            Column("b", Integer, nullable=False),
+            Column("port_b", Integer, nullable=False),
+            Column("rate_bps", BigInteger, nullable=False),
+            Column("latency_ns", BigInteger, nullable=False),
+            Column("state", SmallInteger, nullable=False),
+            Column("ber", Float, nullable=False),
+        )
+
+    def create_tables(self) -> None:
+        self.metadata.create_all(self.engine)
+
+    def drop_tables(self) -> None:
+        self.metadata.drop_all(self.engine)
+
+    def _record(self, row: Any) -> FabricRecord:
+        values = row._asdict()
+        values["create_time"] = _utc(values["create_time"])
+        values["update_time"] = _utc(values["update_time"])
+        values["labels"] = dict(values["labels"] or {})
+        return FabricRecord(**values)
+
+    def add(self, record: FabricRecord, fabric: Fabric) -> None:
+        """Store a new fabric whole, in one transaction; AlreadyExists if the id is taken."""
+        fid = record.id
+        node_rows = [
+            {"fabric_id": fid, "idx": i, "name": name, "kind": kind, "tier": tier, "radix": radix,
+             "node_group": group, "rail": rail, "guid": guid, "lid": lid, "ip": ip}
+            for i, (name, kind, tier, radix, group, rail, guid, lid, ip) in enumerate(zip(
+                fabric.node_names, fabric.node_kind.tolist(), fabric.node_tier.tolist(),
+                fabric.node_radix.tolist(), fabric.node_group.tolist(), fabric.node_rail.tolist(),
+                fabric.node_guid.view(np.int64).tolist(), fabric.node_lid.tolist(),
+                fabric.node_ip.tolist(), strict=True))
+        ]  # fmt: skip
+        link_rows = [
+            {"fabric_id": fid, "idx": i, "name": name, "a": a, "port_a": pa, "b": b, "port_b": pb,
+             "rate_bps": rate, "latency_ns": latency, "state": state, "ber": ber}
+            for i, (name, a, pa, b, pb, rate, latency, state, ber) in enumerate(zip(
+                fabric.link_names, fabric.link_a.tolist(), fabric.link_port_a.tolist(),
+                fabric.link_b.tolist(), fabric.link_port_b.tolist(), fabric.link_rate_bps.tolist(),
+                fabric.link_latency_ns.tolist(), fabric.link_state.tolist(), fabric.link_ber.tolist(),
+                strict=True))
+        ]  # fmt: skip
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert(self.fabrics).values(**dataclasses.asdict(record)))
+                if node_rows:
+                    conn.execute(insert(self.nodes), node_rows)
+                if link_rows:
+                    conn.execute(insert(self.links), link_rows)
+        except IntegrityError as exc:
+            if self.exists(fid):
+                raise AlreadyExists(f"fabrics/{fid} already exists") from exc
+            raise
+
+    def exists(self, fabric_id: str) -> bool:
+        with self.engine.connect() as conn:
+            return (
+                conn.execute(select(self.fabrics.c.id).where(self.fabrics.c.id == fabric_id)).first()
+                is not None
+            )
+
+    def get(self, fabric_id: str) -> FabricRecord:
+        """The fabric's record; NotFound if there is none."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(self.fabrics).where(self.fabrics.c.id == fabric_id)).first()
+        if row is None:
+            raise NotFound(f"fabrics/{fabric_id} does not exist")
+        return self._record(row)
+
+    def list(self, offset: int, limit: int) -> list[FabricRecord]:
+        """Records in creation order (then id), `limit` of them from `offset`."""
+        query = (
+            select(self.fabrics)
+            .order_by(self.fabrics.c.create_time, self.fabrics.c.id)
+            .offset(offset)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [self._record(row) for row in conn.execute(query)]
+
+    def count(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(self.fabrics)).scalar_one())
+
+    def delete(self, fabric_id: str) -> None:
+        """Delete the fabric with its nodes and links; NotFound if there is none."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(self.links).where(self.links.c.fabric_id == fabric_id))
+            conn.execute(delete(self.nodes).where(self.nodes.c.fabric_id == fabric_id))
+            gone = conn.execute(delete(self.fabrics).where(self.fabrics.c.id == fabric_id)).rowcount
+            if not gone:
+                raise NotFound(f"fabrics/{fabric_id} does not exist")
+
+    def set_routing(self, fabric_id: str, engine: str, version: int, when: dt.datetime) -> FabricRecord:
+        """Record a new routing engine/version; returns the updated record."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(self.fabrics)
+                .where(self.fabrics.c.id == fabric_id)
+                .values(routing_engine=engine, routing_version=version, update_time=when)
+            ).rowcount
+        if not changed:
+            raise NotFound(f"fabrics/{fabric_id} does not exist")
+        return self.get(fabric_id)
+
+    def load_fabric(self, fabric_id: str) -> Fabric:
+        """The stored nodes and links as a Fabric; NotFound if there is no such fabric."""
+        n, lk = self.nodes.c, self.links.c
+        with self.engine.connect() as conn:
+            if conn.execute(select(self.fabrics.c.id).where(self.fabrics.c.id == fabric_id)).first() is None:
+                raise NotFound(f"fabrics/{fabric_id} does not exist")
+            nodes = conn.execute(
+                select(n.name, n.kind, n.tier, n.radix, n.node_group, n.rail, n.guid, n.lid, n.ip)
+                .where(n.fabric_id == fabric_id)
+                .order_by(n.idx)
+            ).all()
+            links = conn.execute(
+                select(
+                    lk.name, lk.a, lk.port_a, lk.b, lk.port_b, lk.rate_bps, lk.latency_ns, lk.state, lk.ber
+                )
+                .where(lk.fabric_id == fabric_id)
+                .order_by(lk.idx)
+            ).all()
+        node_cols = list(zip(*nodes, strict=True)) if nodes else [[] for _ in range(9)]
+        link_cols = list(zip(*links, strict=True)) if links else [[] for _ in range(9)]
+        return Fabric(
+            node_kind=np.array(node_cols[1], dtype=np.int8),
+            node_tier=np.array(node_cols[2], dtype=np.int8),
+            node_names=list(node_cols[0]),
+            node_radix=np.array(node_cols[3], dtype=np.int32),
+            node_group=np.array(node_cols[4], dtype=np.int32),
+            node_rail=np.array(node_cols[5], dtype=np.int32),
+            node_guid=np.array(node_cols[6], dtype=np.int64).view(np.uint64),
+            node_lid=np.array(node_cols[7], dtype=np.int32),
+            node_ip=np.array(node_cols[8], dtype=np.uint32),
+            link_a=np.array(link_cols[1], dtype=np.int32),
+            link_port_a=np.array(link_cols[2], dtype=np.int32),
+            link_b=np.array(link_cols[3], dtype=np.int32),
+            link_port_b=np.array(link_cols[4], dtype=np.int32),
+            link_rate_bps=np.array(link_cols[5], dtype=np.int64),
+            link_latency_ns=np.array(link_cols[6], dtype=np.int64),
+            link_state=np.array(link_cols[7], dtype=np.int8),
+            link_ber=np.array(link_cols[8], dtype=np.float64),
+            link_names=list(link_cols[0]),
+        )
