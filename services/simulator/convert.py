@@ -1,0 +1,251 @@
+"""fabrictwin.v1 simulation messages <-> the simulator's domain objects (no logic beyond mapping).
+
+Enums map by name without their proto prefix (`LOAD_BALANCING_MODE_ECMP` -> `ECMP`); UNSPECIFIED
+becomes None or the documented default. Field names in errors are those of the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabrictwin.v1 import common_pb2, simulation_pb2
+from google.rpc import code_pb2
+
+from services.common.errors import InvalidArgument
+from services.simulator import spec as domain
+from services.simulator.registry import SimulationRecord
+from services.simulator.results import SimulationOutcome
+from services.simulator.series import ChannelSeries
+
+__all__ = ["FLOW_RESULTS_LIMIT", "record_to_proto", "series_to_protos", "spec_from_proto"]
+
+FLOW_RESULTS_LIMIT = 10_000
+
+
+def _enum(kind: type, proto_enum: Any, value: int, prefix: str, field: str, default: Any = None) -> Any:
+    try:
+        name = proto_enum.Name(value)
+    except ValueError as exc:
+        raise InvalidArgument(field, f"unknown value {value}") from exc
+    if name.endswith("_UNSPECIFIED"):
+        return default
+    return kind(name.removeprefix(prefix))
+
+
+def _job_from_proto(index: int, job: simulation_pb2.Job) -> domain.JobSpec:
+    field = f"spec.jobs[{index}]"
+    return domain.JobSpec(
+        collective=_enum(
+            domain.Collective, simulation_pb2.Collective, job.collective, "COLLECTIVE_", f"{field}.collective"
+        ),
+        size_bytes=job.size_bytes,
+        label=job.label,
+        algorithm=_enum(
+            domain.Algorithm,
+            simulation_pb2.CollectiveAlgorithm,
+            job.algorithm,
+            "COLLECTIVE_ALGORITHM_",
+            f"{field}.algorithm",
+            domain.Algorithm.RING,
+        ),
+        hosts=tuple(job.hosts),
+        rank_count=job.rank_count,
+        placement=_enum(
+            domain.Placement,
+            simulation_pb2.PlacementPolicy,
+            job.placement,
+            "PLACEMENT_POLICY_",
+            f"{field}.placement",
+            domain.Placement.PACKED,
+        ),
+        start_ns=job.start_ns,
+        qps_per_connection=job.qps_per_connection or 1,
+        iterations=job.iterations or 1,
+        chunks=job.chunks or 1,
+        flows=tuple(
+            domain.PointToPointFlow(f.source, f.destination, f.size_bytes, f.start_ns) for f in job.flows
+        ),
+    )
+
+
+def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.SimulationSpec:
+    """The domain spec of a request's `spec` (no validation beyond enum values)."""
+    load_balancing = None
+    if message.HasField("load_balancing"):
+        lb = message.load_balancing
+        field = "spec.load_balancing"
+        load_balancing = domain.LoadBalancingSpec(
+            mode=_enum(
+                domain.LoadBalancingMode,
+                common_pb2.LoadBalancingMode,
+                lb.mode,
+                "LOAD_BALANCING_MODE_",
+                f"{field}.mode",
+            ),
+            ecmp_hash=_enum(
+                domain.EcmpHashFunction,
+                common_pb2.EcmpHash,
+                lb.ecmp_hash,
+                "ECMP_HASH_",
+                f"{field}.ecmp_hash",
+                domain.EcmpHashFunction.MURMUR3,
+            ),
+            same_seed_everywhere=lb.same_seed_everywhere,
+            seed=lb.seed,
+            hash_destination_qp=lb.hash_destination_qp,
+            flowlet_gap_ns=lb.flowlet_gap_ns,
+            label=lb.label,
+        )
+    return domain.SimulationSpec(
+        fabric=message.fabric,
+        jobs=tuple(_job_from_proto(i, job) for i, job in enumerate(message.jobs)),
+        load_balancing=load_balancing,
+        fidelity=_enum(
+            domain.Fidelity,
+            simulation_pb2.Fidelity,
+            message.fidelity,
+            "FIDELITY_",
+            "spec.fidelity",
+            domain.Fidelity.FLOW,
+        ),
+        transport=_enum(
+            domain.Transport,
+            simulation_pb2.Transport,
+            message.transport,
+            "TRANSPORT_",
+            "spec.transport",
+            domain.Transport.ROCEV2,
+        ),
+        mtu_bytes=message.mtu_bytes or 4096,
+        switch_latency_ns=message.switch_latency_ns,
+        sample_interval_ns=message.sample_interval_ns,
+        seed=message.seed,
+        telemetry_source=message.telemetry_source,
+        time_limit_ns=message.time_limit_ns,
+        fault_count=len(message.faults),
+    )
+
+
+def _flow_results(outcome: SimulationOutcome, limit: int) -> list[simulation_pb2.FlowResult]:
+    flows = outcome.flows
+    labels = [job.label for job in outcome.jobs]
+    names = flows.host_names
+    results = []
+    for f in range(min(limit, len(flows.job))):
+        route = int(flows.route[f])
+        links = flows.path_links[flows.path_offsets[route] : flows.path_offsets[route + 1]]
+        results.append(
+            simulation_pb2.FlowResult(
+                job=labels[int(flows.job[f])],
+                source=names[int(flows.source[f])],
+                destination=names[int(flows.destination[f])],
+                size_bytes=int(flows.size_bytes[f]),
+                start_ns=int(flows.start_ns[f]),
+                finish_ns=int(flows.finish_ns[f]),
+                udp_source_port=int(flows.udp_source_port[f]),
+                links=links.tolist(),
+            )
+        )
+    return results
+
+
+def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_pb2.SimulationResult:
+    """The result summary; per-flow results (at most FLOW_RESULTS_LIMIT) only if `with_flows`."""
+    channels = outcome.channels
+    skew = outcome.uplink_skew
+    notes = list(outcome.model_notes)
+    if with_flows and len(outcome.flows.job) > FLOW_RESULTS_LIMIT:
+        notes.append(
+            f"Per-flow results truncated to the first {FLOW_RESULTS_LIMIT} of {len(outcome.flows.job)} flows."
+        )
+    return simulation_pb2.SimulationResult(
+        jobs=[
+            simulation_pb2.JobResult(
+                label=job.label,
+                completion_ns=job.completion_ns,
+                algbw_gbps=job.algbw_gbps,
+                busbw_gbps=job.busbw_gbps,
+                ideal_completion_ns=job.ideal_completion_ns,
+                ranks=job.ranks,
+                flows=job.flows,
+                hosts=job.hosts,
+            )
+            for job in outcome.jobs
+        ],
+        makespan_ns=outcome.makespan_ns,
+        links=[
+            simulation_pb2.LinkTotal(
+                link=int(c) // 2,
+                direction=int(c) % 2,
+                display_name=channels.display_names[i],
+                bytes=int(channels.bytes[i]),
+                mean_utilisation=float(channels.mean_utilisation[i]),
+                peak_utilisation=float(channels.peak_utilisation[i]),
+                tier=int(channels.tier[i]),
+                flows=int(channels.flows[i]),
+            )
+            for i, c in enumerate(channels.channels)
+        ],
+        flows=_flow_results(outcome, FLOW_RESULTS_LIMIT) if with_flows else [],
+        uplink_skew=simulation_pb2.UtilisationSkew(
+            group=skew.group,
+            links=skew.links,
+            max_over_mean=skew.max_over_mean,
+            coefficient_of_variation=skew.coefficient_of_variation,
+            share_hot=skew.share_hot,
+            share_idle=skew.share_idle,
+        ),
+        events=outcome.events,
+        wall_seconds=outcome.wall_seconds,
+        sample_interval_ns=outcome.sample_interval_ns,
+        model_notes=notes,
+    )
+
+
+_STATES = {
+    "PENDING": common_pb2.JOB_STATE_PENDING,
+    "RUNNING": common_pb2.JOB_STATE_RUNNING,
+    "SUCCEEDED": common_pb2.JOB_STATE_SUCCEEDED,
+    "FAILED": common_pb2.JOB_STATE_FAILED,
+    "CANCELLED": common_pb2.JOB_STATE_CANCELLED,
+}
+
+
+def record_to_proto(record: SimulationRecord, with_flows: bool = False) -> simulation_pb2.Simulation:
+    """A Simulation message; the result (when SUCCEEDED) with per-flow results only if asked."""
+    message = simulation_pb2.Simulation(
+        name=record.name,
+        state=_STATES[record.state.value],
+        progress=common_pb2.Progress(fraction=record.fraction, stage=record.stage),
+        routing_version=record.routing_version,
+    )
+    if record.request_spec is not None:
+        message.spec.CopyFrom(record.request_spec)
+    message.create_time.FromDatetime(record.create_time)
+    if record.end_time is not None:
+        message.end_time.FromDatetime(record.end_time)
+    if record.error_code:
+        message.error.CopyFrom(
+            common_pb2.ErrorStatus(code=code_pb2.Code.Value(record.error_code), message=record.error_message)
+        )
+    if record.outcome is not None:
+        message.result.CopyFrom(result_to_proto(record.outcome, with_flows))
+    return message
+
+
+def series_to_protos(
+    series: ChannelSeries, names: list[str], start: int, stop: int
+) -> list[simulation_pb2.LinkSeries]:
+    """LinkSeries of channels start..stop-1 of `series` (names parallel to series.channels)."""
+    return [
+        simulation_pb2.LinkSeries(
+            link=int(series.channels[i]) // 2,
+            direction=int(series.channels[i]) % 2,
+            display_name=names[i],
+            start_ns=series.start_ns,
+            interval_ns=series.interval_ns,
+            bytes=series.bytes[i].tolist(),
+            utilisation=series.utilisation[i].tolist(),
+        )
+        for i in range(start, min(stop, len(series.channels)))
+    ]

@@ -1,0 +1,221 @@
+"""The channels each flow crosses, from the snapshot's equal-cost routes and the load-balancing mode.
+
+Both modes walk the routes hop by hop from the source host to the destination host, vectorised
+over all flows at once (a fat-tree path has at most six hops):
+
+- ECMP (`pin_flows_by_hash`): at each node the next channel is
+  `group[hash(5-tuple, seed of that node) % len(group)]`, so a flow takes exactly one path.
+- Fluid split (`split_flows_evenly`, ADAPTIVE and SPRAY at FLOW fidelity): at each node a flow's
+  share is split evenly over the whole group, so it puts a fraction on every channel of every
+  equal-cost path (per-hop even split; on fat-trees this equals an even split over paths).
+
+Channels of links that are DOWN are left out of every group, as a switch would. A flow with no
+route is FailedPrecondition naming the two hosts. The result is a CSR of (channel, fraction) per
+flow plus the flow's one-way latency: link latencies plus `switch_latency_ns` per switch crossed
+(with a split, the slowest of its paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from services.common.errors import FailedPrecondition
+from services.common.snapshot import FabricSnapshot
+from services.simulator.ecmp_hash import ecmp_next_hop, flow_hash, pack_five_tuples, switch_seeds
+from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec
+from services.simulator.workload import Workload
+
+__all__ = ["FlowRoutes", "pin_flows_by_hash", "route_workload", "split_flows_evenly"]
+
+_NODE_KIND_SWITCH = 2
+_LINK_STATE_DOWN = 2
+
+
+@dataclasses.dataclass
+class FlowRoutes:
+    """Channels crossed by each routed flow, as CSR, and its one-way latency."""
+
+    offsets: np.ndarray  # int64 [R+1]
+    channels: np.ndarray  # int32 [E]
+    fractions: np.ndarray  # float64 [E], share of the flow's rate on that channel
+    latency_ns: np.ndarray  # int64 [R]
+    pinned: bool  # True when every flow has exactly one path (ECMP)
+
+
+class _Walker:
+    """Route groups of a snapshot with DOWN channels removed, and per-channel hop costs."""
+
+    def __init__(self, snapshot: FabricSnapshot, switch_latency_ns: int) -> None:
+        self.snapshot = snapshot
+        self.hosts = snapshot.num_hosts
+        self.target = snapshot.channel_target().astype(np.int64)
+        channel_up = np.repeat(snapshot.link_state != _LINK_STATE_DOWN, 2)
+        offsets = np.asarray(snapshot.route_offsets, dtype=np.int64)
+        channels = np.asarray(snapshot.route_next_channels, dtype=np.int64)
+        keep = channel_up[channels]
+        self.channels = channels[keep]
+        kept_before = np.zeros(len(channels) + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept_before[1:])
+        self.offsets = kept_before[offsets]
+        is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
+        self.hop_ns = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2) + np.where(
+            is_switch[self.target], switch_latency_ns, 0
+        )
+
+    def groups(self, nodes: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = nodes * self.hosts + destinations
+        start = self.offsets[key]
+        return start, self.offsets[key + 1] - start
+
+    def _pair(self, sources: np.ndarray, destinations: np.ndarray) -> str:
+        names, host_nodes = self.snapshot.node_names, self.snapshot.host_nodes
+        return (
+            f"from {names[host_nodes[sources[0]]]} to {names[host_nodes[destinations[0]]]} "
+            f"in {self.snapshot.fabric} (routing version {self.snapshot.routing_version})"
+        )
+
+    def no_route(self, sources: np.ndarray, destinations: np.ndarray) -> FailedPrecondition:
+        return FailedPrecondition(f"no route {self._pair(sources, destinations)}")
+
+    def looping(self, sources: np.ndarray, destinations: np.ndarray) -> FailedPrecondition:
+        return FailedPrecondition(f"the routes loop {self._pair(sources, destinations)}")
+
+
+def _csr(flow: np.ndarray, channel: np.ndarray, fraction: np.ndarray, count: int) -> tuple:
+    order = np.argsort(flow, kind="stable")
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(flow, minlength=count), out=offsets[1:])
+    return offsets, channel[order].astype(np.int32), fraction[order]
+
+
+def pin_flows_by_hash(
+    snapshot: FabricSnapshot,
+    sources: np.ndarray,
+    destinations: np.ndarray,
+    source_ports: np.ndarray,
+    destination_qps: np.ndarray | None,
+    hash_function: str,
+    base_seed: int,
+    same_seed_everywhere: bool,
+    switch_latency_ns: int,
+) -> FlowRoutes:
+    """ECMP: one path per flow, chosen at every node by the hash of its 5-tuple and the node's seed."""
+    walker = _Walker(snapshot, switch_latency_ns)
+    count = len(sources)
+    keys = pack_five_tuples(
+        snapshot.host_ip[sources], snapshot.host_ip[destinations], source_ports, dest_qp=destination_qps
+    )
+    seeds = switch_seeds(base_seed, snapshot.num_nodes, same_seed_everywhere)
+    flow = np.arange(count)
+    node = snapshot.host_nodes[sources].astype(np.int64)
+    goal = snapshot.host_nodes[destinations].astype(np.int64)
+    destination = np.asarray(destinations, dtype=np.int64)
+    latency = np.zeros(count, dtype=np.int64)
+    hops_flow, hops_channel = [], []
+    for _ in range(snapshot.num_nodes):
+        moving = node != goal[flow]
+        flow, node = flow[moving], node[moving]
+        if not len(flow):
+            break
+        start, size = walker.groups(node, destination[flow])
+        if (size == 0).any():
+            stuck = flow[size == 0]
+            raise walker.no_route(np.asarray(sources)[stuck], destination[stuck])
+        choice = ecmp_next_hop(size, flow_hash(hash_function, keys[flow], seeds[node]))
+        channel = walker.channels[start + choice]
+        hops_flow.append(flow)
+        hops_channel.append(channel)
+        latency[flow] += walker.hop_ns[channel]
+        node = walker.target[channel]
+    else:
+        raise walker.looping(np.asarray(sources)[flow], destination[flow])
+    flows = np.concatenate(hops_flow) if hops_flow else np.zeros(0, dtype=np.int64)
+    channels = np.concatenate(hops_channel) if hops_channel else np.zeros(0, dtype=np.int64)
+    offsets, channels, fractions = _csr(flows, channels, np.ones(len(flows)), count)
+    return FlowRoutes(offsets, channels, fractions, latency, pinned=True)
+
+
+def split_flows_evenly(
+    snapshot: FabricSnapshot, sources: np.ndarray, destinations: np.ndarray, switch_latency_ns: int
+) -> FlowRoutes:
+    """Fluid limit of per-packet balancing: every flow split evenly over each equal-cost group."""
+    walker = _Walker(snapshot, switch_latency_ns)
+    count = len(sources)
+    destination = np.asarray(destinations, dtype=np.int64)
+    goal = snapshot.host_nodes[destination].astype(np.int64)
+    # The frontier: (flow, node, share of the flow at that node, latency so far).
+    flow = np.arange(count)
+    node = snapshot.host_nodes[sources].astype(np.int64)
+    share = np.ones(count)
+    elapsed = np.zeros(count, dtype=np.int64)
+    latency = np.zeros(count, dtype=np.int64)
+    hops = []
+    for _ in range(snapshot.num_nodes):
+        arrived = node == goal[flow]
+        np.maximum.at(latency, flow[arrived], elapsed[arrived])
+        flow, node, share, elapsed = flow[~arrived], node[~arrived], share[~arrived], elapsed[~arrived]
+        if not len(flow):
+            break
+        start, size = walker.groups(node, destination[flow])
+        if (size == 0).any():
+            stuck = flow[size == 0]
+            raise walker.no_route(np.asarray(sources)[stuck], destination[stuck])
+        parent = np.repeat(np.arange(len(flow)), size)
+        member = np.arange(len(parent)) - np.repeat(np.cumsum(size) - size, size)
+        channel = walker.channels[start[parent] + member]
+        child_flow, child_share = flow[parent], share[parent] / size[parent]
+        hops.append((child_flow, channel, child_share))
+        # Merge the children that reach the same node (shares add up, latency is the slowest).
+        child_node = walker.target[channel]
+        child_elapsed = elapsed[parent] + walker.hop_ns[channel]
+        key, inverse = np.unique(child_flow * snapshot.num_nodes + child_node, return_inverse=True)
+        share = np.bincount(inverse, weights=child_share, minlength=len(key))
+        elapsed = np.zeros(len(key), dtype=np.int64)
+        np.maximum.at(elapsed, inverse, child_elapsed)
+        flow, node = key // snapshot.num_nodes, key % snapshot.num_nodes
+    else:
+        raise walker.looping(np.asarray(sources)[flow], destination[flow])
+    flows = np.concatenate([h[0] for h in hops]) if hops else np.zeros(0, dtype=np.int64)
+    channels = np.concatenate([h[1] for h in hops]) if hops else np.zeros(0, dtype=np.int64)
+    shares = np.concatenate([h[2] for h in hops]) if hops else np.zeros(0)
+    # A flow could reach a node at two depths on non-minimal routes: add up its shares per channel.
+    key, inverse = np.unique(flows * snapshot.num_channels + channels, return_inverse=True)
+    shares = np.bincount(inverse, weights=shares, minlength=len(key))
+    flows, channels = key // snapshot.num_channels, key % snapshot.num_channels
+    offsets, channels, fractions = _csr(flows, channels, shares, count)
+    return FlowRoutes(offsets, channels, fractions, latency, pinned=False)
+
+
+def route_workload(
+    load_balancing: LoadBalancingSpec, snapshot: FabricSnapshot, workload: Workload, switch_latency_ns: int
+) -> tuple[FlowRoutes, np.ndarray]:
+    """Route every flow of a workload; returns the routes and each flow's row in them.
+
+    Flows with the same header fields (every step of a connection's QP) share one row: ECMP
+    gives them the same path, which is what pins sequential flowlets.
+    """
+    if load_balancing.mode == LoadBalancingMode.ECMP:
+        columns = [workload.flow_source, workload.flow_destination, workload.flow_source_port]
+        if load_balancing.hash_destination_qp:
+            columns.append(workload.flow_destination_qp)
+    else:
+        columns = [workload.flow_source, workload.flow_destination]
+    keys, flow_route = np.unique(np.stack(columns, axis=1).astype(np.int64), axis=0, return_inverse=True)
+    flow_route = flow_route.reshape(-1)
+    if load_balancing.mode == LoadBalancingMode.ECMP:
+        routes = pin_flows_by_hash(
+            snapshot,
+            keys[:, 0],
+            keys[:, 1],
+            keys[:, 2],
+            keys[:, 3] if load_balancing.hash_destination_qp else None,
+            load_balancing.ecmp_hash.value,
+            load_balancing.seed,
+            load_balancing.same_seed_everywhere,
+            switch_latency_ns,
+        )
+    else:
+        routes = split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
+    return routes, flow_route

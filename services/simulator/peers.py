@@ -1,0 +1,161 @@
+"""The simulator's calls to other FabricTwin services: topology snapshots in, telemetry series out.
+
+- `SnapshotSource` fetches `GetFabricSnapshot` from the topology service and caches snapshots by
+  (fabric, routing_version); a cheap `GetFabric` tells whether the cached routing is current.
+- `export_series` writes a run's per-channel series to the telemetry service as a SIMULATED
+  source: columns METRIC_TX_BYTES and METRIC_UTILISATION (COUNTER_KIND_DELTA), one port per
+  channel named like `leaf-0->spine-1`, sample times from the start of the simulation.
+
+Peers' errors become domain errors naming what the caller sent (`spec.fabric`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc, topology_pb2, topology_pb2_grpc
+
+from services.common.arrays import to_numeric_array
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.common.snapshot import FabricSnapshot
+from services.simulator.series import ChannelSeries
+
+__all__ = ["SnapshotSource", "export_series"]
+
+ROWS_PER_BATCH = 50_000
+
+
+def _metadata(auth_token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {auth_token}"),) if auth_token else ()
+
+
+class SnapshotSource:
+    """Snapshots from the topology service, cached by (fabric, routing_version)."""
+
+    def __init__(self, address: str, auth_token: str = "", cache_size: int = 8) -> None:
+        self._address = address
+        self._metadata = _metadata(auth_token)
+        self._channel: grpc.aio.Channel | None = None
+        self._cache: collections.OrderedDict[tuple[str, int], FabricSnapshot] = collections.OrderedDict()
+        self._cache_size = cache_size
+
+    def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self._address)
+        return topology_pb2_grpc.TopologyServiceStub(self._channel)
+
+    async def get(self, fabric: str) -> FabricSnapshot:
+        """The current snapshot of `fabric`; NotFound / InvalidArgument name `spec.fabric`."""
+        stub = self._stub()
+        try:
+            current = await stub.GetFabric(
+                topology_pb2.GetFabricRequest(name=fabric), metadata=self._metadata
+            )
+            key = (fabric, current.routing_version)
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+            message = await stub.GetFabricSnapshot(
+                topology_pb2.GetFabricSnapshotRequest(name=fabric), metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise NotFound(f"spec.fabric: {fabric} not found in the topology service") from exc
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(
+                    "spec.fabric", exc.details() or "rejected by the topology service"
+                ) from exc
+            raise Unavailable(
+                f"topology service at {self._address}: {exc.code().name} {exc.details()}"
+            ) from exc
+        snapshot = FabricSnapshot.from_proto(message)
+        self._cache[(fabric, snapshot.routing_version)] = snapshot
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return snapshot
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+
+def _batches(
+    source: str, series: ChannelSeries, names: list[str]
+) -> AsyncIterator[telemetry_pb2.IngestSamplesRequest]:
+    bins = series.bytes.shape[1]
+    per_batch = max(1, ROWS_PER_BATCH // max(1, bins))
+    times = series.start_ns + np.arange(bins, dtype=np.int64) * series.interval_ns
+
+    async def generate() -> AsyncIterator[telemetry_pb2.IngestSamplesRequest]:
+        for first in range(0, len(names), per_batch):
+            last = min(first + per_batch, len(names))
+            count = last - first
+            delta = telemetry_pb2.COUNTER_KIND_DELTA
+            yield telemetry_pb2.IngestSamplesRequest(
+                batch=telemetry_pb2.SampleBatch(
+                    source=source,
+                    ports=names[first:last],
+                    port_index=to_numeric_array(np.repeat(np.arange(count, dtype=np.int32), bins)),
+                    time_ns=to_numeric_array(np.tile(times, count)),
+                    columns=[
+                        telemetry_pb2.SampleColumn(
+                            metric=telemetry_pb2.METRIC_TX_BYTES,
+                            counter_kind=delta,
+                            values=to_numeric_array(series.bytes[first:last].astype(np.float64).ravel()),
+                        ),
+                        telemetry_pb2.SampleColumn(
+                            metric=telemetry_pb2.METRIC_UTILISATION,
+                            counter_kind=delta,
+                            values=to_numeric_array(series.utilisation[first:last].ravel()),
+                        ),
+                    ],
+                )
+            )
+
+    return generate()
+
+
+async def export_series(
+    address: str,
+    source_id: str,
+    fabric: str,
+    simulation: str,
+    series: ChannelSeries,
+    names: list[str],
+    auth_token: str = "",
+) -> int:
+    """Create the SIMULATED source (ALREADY_EXISTS is fine) and ingest the series; returns rows stored."""
+    metadata = _metadata(auth_token)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+        source = telemetry_pb2.Source(
+            kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
+            display_name=simulation,
+            fabric=fabric,
+            simulation=simulation,
+        )
+        try:
+            try:
+                await stub.CreateSource(
+                    telemetry_pb2.CreateSourceRequest(source_id=source_id, source=source), metadata=metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise
+            reply = await stub.IngestSamples(
+                _batches(f"sources/{source_id}", series, names), metadata=metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise InvalidArgument(
+                    "spec.telemetry_source", exc.details() or "rejected by telemetry"
+                ) from exc
+            raise Unavailable(f"telemetry service at {address}: {exc.code().name} {exc.details()}") from exc
+    if reply.rejected:
+        reason = reply.reasons[0].reason if reply.reasons else "no reason given"
+        raise FailedPrecondition(f"telemetry rejected {reply.rejected} of the series rows: {reason}")
+    return int(reply.stored + reply.duplicates)

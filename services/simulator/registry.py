@@ -1,0 +1,127 @@
+"""The in-memory registry of simulations: state, progress, results, and watchers of each.
+
+Simulations live only in this process's memory: a restart forgets them (results that must last
+go to the telemetry service via `telemetry_source`, or are stored by the orchestrator). Records
+are immutable snapshots; every change replaces the record and wakes the watchers of that
+simulation. The oldest finished simulations are dropped beyond `capacity`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import AsyncIterator
+from typing import Any
+
+from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.simulator.results import SimulationOutcome
+
+__all__ = ["SimulationRecord", "SimulationRegistry", "SimulationState"]
+
+
+class SimulationState(enum.StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (SimulationState.SUCCEEDED, SimulationState.FAILED, SimulationState.CANCELLED)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationRecord:
+    """One simulation as the registry holds it."""
+
+    name: str
+    request_spec: Any  # the caller's spec as received (opaque here; the servicer echoes it)
+    routing_version: int
+    create_time: dt.datetime
+    state: SimulationState = SimulationState.PENDING
+    fraction: float = 0.0
+    stage: str = "queued"
+    error_code: str = ""  # a status code name when FAILED
+    error_message: str = ""
+    outcome: SimulationOutcome | None = None
+    end_time: dt.datetime | None = None
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class SimulationRegistry:
+    """Simulations by name, newest first, with change notification."""
+
+    def __init__(self, capacity: int = 1000) -> None:
+        self._records: dict[str, SimulationRecord] = {}  # insertion order = creation order
+        self._watchers: dict[str, set[asyncio.Queue[SimulationRecord]]] = {}
+        self._capacity = capacity
+
+    def create(self, name: str, request_spec: Any, routing_version: int) -> SimulationRecord:
+        if name in self._records:
+            raise AlreadyExists(f"{name} already exists")
+        record = SimulationRecord(name, request_spec, routing_version, _now())
+        self._records[name] = record
+        self._evict()
+        return record
+
+    def get(self, name: str) -> SimulationRecord:
+        record = self._records.get(name)
+        if record is None:
+            raise NotFound(f"{name} not found")
+        return record
+
+    def page(self, offset: int, size: int) -> tuple[list[SimulationRecord], int | None]:
+        """Records newest first from `offset`; the offset of the next page or None."""
+        newest_first = list(reversed(self._records.values()))
+        chunk = newest_first[offset : offset + size]
+        following = offset + size
+        return chunk, (following if following < len(newest_first) else None)
+
+    def update(self, name: str, **changes: Any) -> SimulationRecord:
+        """Replace fields of a simulation that is not finished; finished ones stay as they are."""
+        record = self.get(name)
+        if record.state.terminal:
+            return record
+        if "state" in changes and SimulationState(changes["state"]).terminal:
+            changes.setdefault("end_time", _now())
+        record = dataclasses.replace(record, **changes)
+        self._records[name] = record
+        for queue in self._watchers.get(name, ()):
+            queue.put_nowait(record)
+        return record
+
+    def cancel(self, name: str) -> SimulationRecord:
+        record = self.get(name)
+        if record.state.terminal:
+            raise FailedPrecondition(f"{name} is already {record.state.value}")
+        return self.update(name, state=SimulationState.CANCELLED, stage="cancelled")
+
+    async def watch(self, name: str) -> AsyncIterator[SimulationRecord]:
+        """The record now, then after every change, until it is finished."""
+        record = self.get(name)
+        queue: asyncio.Queue[SimulationRecord] = asyncio.Queue()
+        self._watchers.setdefault(name, set()).add(queue)
+        try:
+            yield record
+            while not record.state.terminal:
+                record = await queue.get()
+                yield record
+        finally:
+            watchers = self._watchers.get(name, set())
+            watchers.discard(queue)
+            if not watchers:
+                self._watchers.pop(name, None)
+
+    def _evict(self) -> None:
+        excess = len(self._records) - self._capacity
+        if excess <= 0:
+            return
+        finished = [name for name, r in self._records.items() if r.state.terminal]
+        for name in finished[:excess]:
+            del self._records[name]

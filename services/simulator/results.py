@@ -1,0 +1,256 @@
+"""What a simulation achieved, assembled from an engine's raw output (shared by every fidelity).
+
+- Per job: completion time (last byte delivered minus job start), nccl-tests algbw = S / t and
+  busbw = algbw x factor (AllReduce 2(n-1)/n, ReduceScatter and AllGather (n-1)/n, point-to-point
+  1), in Gb/s; with several iterations t is the mean time of one iteration.
+- Ideal completion (`ideal_completion_ns`): the closed form on a non-blocking fabric at the hosts'
+  link rate, with the same payload-rate assumption as the engine.
+- Per channel that carried traffic: bytes, mean utilisation over the makespan, peak utilisation
+  in any sample interval, number of flows crossing it, tier.
+- Skew of the leaf->spine uplinks ("tier2": channels from a tier-1 to a tier-2 switch, of the
+  leaves that host at least one rank): max/mean, coefficient of variation, share above 80% and
+  below 20% of mean utilisation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from services.common.snapshot import FabricSnapshot
+from services.simulator.series import ChannelSeries
+from services.simulator.spec import Collective
+from services.simulator.workload import JobPlan, Workload
+
+__all__ = [
+    "ChannelTotals",
+    "FlowOutcomes",
+    "JobOutcome",
+    "SimulationOutcome",
+    "UtilisationSkew",
+    "bus_factor",
+    "channel_totals",
+    "ideal_completion_ns",
+    "job_outcome",
+    "uplink_skew",
+]
+
+HOT_UTILISATION, IDLE_UTILISATION = 0.8, 0.2
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    """What one job achieved."""
+
+    label: str
+    collective: str
+    completion_ns: int  # 0 when the job did not finish (time limit)
+    algbw_gbps: float
+    busbw_gbps: float
+    ideal_completion_ns: int
+    ranks: int
+    flows: int
+    hosts: list[str]
+    completed: bool
+
+
+@dataclasses.dataclass
+class UtilisationSkew:
+    """Spread of mean utilisation over a group of channels."""
+
+    group: str
+    links: int
+    max_over_mean: float
+    coefficient_of_variation: float
+    share_hot: float
+    share_idle: float
+
+
+@dataclasses.dataclass
+class ChannelTotals:
+    """Totals of each channel that carried traffic, as parallel arrays."""
+
+    channels: np.ndarray  # int32 [C], 2*link + direction
+    display_names: list[str]
+    bytes: np.ndarray  # int64 [C]
+    mean_utilisation: np.ndarray  # float64 [C], over the makespan
+    peak_utilisation: np.ndarray  # float64 [C], over sample intervals
+    tier: np.ndarray  # int32 [C]
+    flows: np.ndarray  # int32 [C], flows crossing it
+
+
+@dataclasses.dataclass
+class FlowOutcomes:
+    """Per-flow results as arrays; `path_links` is the CSR of links per route (empty when split)."""
+
+    job: np.ndarray  # int32 [F], index into SimulationOutcome.jobs
+    source: np.ndarray  # int64 [F], host index
+    destination: np.ndarray  # int64 [F]
+    size_bytes: np.ndarray  # int64 [F]
+    start_ns: np.ndarray  # int64 [F], -1 if it never started
+    finish_ns: np.ndarray  # int64 [F], -1 if it never finished
+    udp_source_port: np.ndarray  # int32 [F]
+    route: np.ndarray  # int64 [F], row of path_offsets
+    path_offsets: np.ndarray  # int64 [R+1]
+    path_links: np.ndarray  # int32 [P]
+    host_names: list[str]
+
+
+@dataclasses.dataclass
+class SimulationOutcome:
+    """The picklable result of `run_simulation`, converted to protos by the servicer."""
+
+    fabric: str
+    routing_version: int
+    jobs: list[JobOutcome]
+    makespan_ns: int
+    channels: ChannelTotals
+    series: ChannelSeries
+    flows: FlowOutcomes
+    uplink_skew: UtilisationSkew
+    events: int
+    wall_seconds: float
+    sample_interval_ns: int
+    model_notes: list[str]
+
+
+def bus_factor(collective: Collective, ranks: int) -> float:
+    """nccl-tests busbw / algbw for a collective over `ranks` ranks."""
+    if collective == Collective.ALL_REDUCE:
+        return 2 * (ranks - 1) / ranks
+    if collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
+        return (ranks - 1) / ranks
+    return 1.0
+
+
+def _host_rates(snapshot: FabricSnapshot) -> tuple[np.ndarray, np.ndarray]:
+    """[H] rate of each host's uplink (host -> switch) and downlink, bit/s (first link of the host)."""
+    rates = snapshot.channel_rate_bps().astype(np.float64)
+    source, target = snapshot.channel_source(), snapshot.channel_target()
+    up = np.zeros(snapshot.num_nodes)
+    down = np.zeros(snapshot.num_nodes)
+    up[source[::-1]] = rates[::-1]
+    down[target[::-1]] = rates[::-1]
+    return up[snapshot.host_nodes], down[snapshot.host_nodes]
+
+
+def ideal_completion_ns(
+    plan: JobPlan, workload: Workload, job_index: int, flow_latency_ns: np.ndarray, snapshot: FabricSnapshot
+) -> int:
+    """Closed-form completion on a non-blocking fabric at the hosts' link rates.
+
+    Ring: every rank sends steps x S/n bytes in order, each step waiting one hop latency for its
+    input, so t = steps * (S/n) * 8 / R + the largest sum of `steps` consecutive ring-hop
+    latencies (R the slowest rank link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
+    Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency))
+    and each host's total bytes over its link rate.
+    """
+    up, down = _host_rates(snapshot)
+    mine = workload.flow_job == job_index
+    source, destination = workload.flow_source[mine], workload.flow_destination[mine]
+    sizes, latency = workload.flow_size_bytes[mine].astype(np.float64), flow_latency_ns[mine]
+    if plan.collective == Collective.POINT_TO_POINT:
+        host_out = np.bincount(source, weights=sizes, minlength=len(up))
+        host_in = np.bincount(destination, weights=sizes, minlength=len(up))
+        with np.errstate(divide="ignore"):
+            busiest = max(float(np.max(host_out * 8e9 / up)), float(np.max(host_in * 8e9 / down)))
+        transfers = np.flatnonzero(workload.transfer_job == job_index)
+        first = transfers[: len(transfers) // plan.iterations]  # one repetition of every flow
+        offsets = workload.transfer_flow_offsets
+        cumulative = np.r_[0, np.cumsum(workload.flow_size_bytes)]
+        transfer_bytes = cumulative[offsets[first + 1]] - cumulative[offsets[first]]
+        qp0 = offsets[first]
+        rate = np.minimum(up[workload.flow_source[qp0]], down[workload.flow_destination[qp0]])
+        release = workload.transfer_release_ns[first] - plan.start_ns
+        chain = release + plan.iterations * (transfer_bytes * 8e9 / rate + flow_latency_ns[qp0])
+        return int(np.ceil(max(busiest, float(chain.max()))))
+    n = len(plan.hosts)
+    steps = plan.steps_per_iteration * plan.iterations
+    rate = float(min(up[plan.hosts].min(), down[plan.hosts].min()))
+    rank_of_host = np.full(len(up), -1, dtype=np.int64)
+    rank_of_host[plan.hosts] = np.arange(n)
+    rank = rank_of_host[source]
+    sent_by_rank = np.bincount(rank, weights=sizes, minlength=n)
+    hop = np.zeros(n)  # latency of the hop rank r -> r+1 (the slowest of its QPs)
+    np.maximum.at(hop, rank, latency.astype(np.float64))
+    # The largest sum of `steps` consecutive hop latencies around the ring.
+    tiled = np.r_[0.0, np.cumsum(np.tile(hop, steps // n + 2))]
+    windows = tiled[steps : steps + n] - tiled[:n]
+    return int(np.ceil(sent_by_rank.max() * 8e9 / rate + windows.max()))
+
+
+def job_outcome(
+    plan: JobPlan,
+    workload: Workload,
+    job_index: int,
+    finish_ns: np.ndarray,
+    ideal_ns: int,
+    host_names: list[str],
+) -> JobOutcome:
+    """Completion, algbw and busbw of one job from its flows' finish times."""
+    finish = finish_ns[workload.flow_job == job_index]
+    completed = bool(len(finish)) and bool((finish >= 0).all())
+    completion = int(finish.max() - plan.start_ns) if completed else 0
+    per_iteration = completion / plan.iterations
+    algbw = plan.size_bytes * 8 / per_iteration if completion > 0 else 0.0
+    ranks = len(plan.hosts)
+    return JobOutcome(
+        label=plan.label,
+        collective=plan.collective.value,
+        completion_ns=completion,
+        algbw_gbps=algbw,
+        busbw_gbps=algbw * bus_factor(plan.collective, ranks),
+        ideal_completion_ns=ideal_ns,
+        ranks=ranks,
+        flows=plan.flow_count,
+        hosts=[host_names[int(h)] for h in plan.hosts],
+        completed=completed,
+    )
+
+
+def channel_totals(
+    snapshot: FabricSnapshot, series: ChannelSeries, flows_crossing: np.ndarray, makespan_ns: int
+) -> ChannelTotals:
+    """Totals of the channels in `series` (those that carried traffic)."""
+    channels = series.channels.astype(np.int64)
+    rate = snapshot.channel_rate_bps()[channels].astype(np.float64)
+    total = series.total_bytes
+    capacity_bits = rate * makespan_ns / 1e9
+    mean = np.divide(total * 8.0, capacity_bits, out=np.zeros(len(channels)), where=capacity_bits > 0)
+    tiers = snapshot.node_tier.astype(np.int32)
+    tier = np.maximum(tiers[snapshot.channel_source()[channels]], tiers[snapshot.channel_target()[channels]])
+    return ChannelTotals(
+        channels=series.channels,
+        display_names=[snapshot.channel_name(int(c)) for c in channels],
+        bytes=total,
+        mean_utilisation=mean,
+        peak_utilisation=series.utilisation.max(axis=1, initial=0.0),
+        tier=tier,
+        flows=flows_crossing[channels].astype(np.int32),
+    )
+
+
+def uplink_skew(
+    snapshot: FabricSnapshot, totals: ChannelTotals, rank_hosts: np.ndarray, makespan_ns: int
+) -> UtilisationSkew:
+    """Skew of the leaf->spine channels leaving the leaves that host ranks (idle ones count as 0)."""
+    source, target = snapshot.channel_source(), snapshot.channel_target()
+    tier = snapshot.node_tier
+    host_node_set = snapshot.host_nodes[np.asarray(rank_hosts, dtype=np.int64)]
+    leaves = np.unique(target[np.isin(source, host_node_set)])
+    group = np.flatnonzero((tier[source] == 1) & (tier[target] == 2) & np.isin(source, leaves))
+    if not len(group):
+        return UtilisationSkew("tier2", 0, 0.0, 0.0, 0.0, 0.0)
+    utilisation = np.zeros(snapshot.num_channels)
+    utilisation[totals.channels] = totals.mean_utilisation
+    values = utilisation[group]
+    mean = float(values.mean())
+    return UtilisationSkew(
+        group="tier2",
+        links=len(group),
+        max_over_mean=float(values.max() / mean) if mean > 0 else 0.0,
+        coefficient_of_variation=float(values.std() / mean) if mean > 0 else 0.0,
+        share_hot=float((values > HOT_UTILISATION).mean()),
+        share_idle=float((values < IDLE_UTILISATION).mean()),
+    )

@@ -1,0 +1,244 @@
+"""The simulation spec in domain terms, and the checks that need no fabric.
+
+The servicer turns a `fabrictwin.v1.SimulationSpec` into a `SimulationSpec` (enum names without
+their proto prefix, None where the proto said UNSPECIFIED); the runner also accepts a plain dict
+of the same shape. Field names in errors are relative to the spec (`jobs[0].size_bytes`); the
+servicer prefixes them with `spec.`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from services.common.errors import InvalidArgument
+
+__all__ = [
+    "Algorithm",
+    "Collective",
+    "EcmpHashFunction",
+    "Fidelity",
+    "JobSpec",
+    "LoadBalancingMode",
+    "LoadBalancingSpec",
+    "Placement",
+    "PointToPointFlow",
+    "SimulationSpec",
+    "Transport",
+    "job_labels",
+    "validate_spec",
+]
+
+
+class Fidelity(enum.StrEnum):
+    FLOW = "FLOW"
+    PACKET = "PACKET"
+
+
+class Collective(enum.StrEnum):
+    ALL_REDUCE = "ALL_REDUCE"
+    REDUCE_SCATTER = "REDUCE_SCATTER"
+    ALL_GATHER = "ALL_GATHER"
+    ALL_TO_ALL = "ALL_TO_ALL"
+    BROADCAST = "BROADCAST"
+    POINT_TO_POINT = "POINT_TO_POINT"
+
+
+class Algorithm(enum.StrEnum):
+    RING = "RING"
+    DOUBLE_BINARY_TREE = "DOUBLE_BINARY_TREE"
+    HALVING_DOUBLING = "HALVING_DOUBLING"
+    SHARP = "SHARP"
+
+
+class Placement(enum.StrEnum):
+    PACKED = "PACKED"
+    RAIL_ALIGNED = "RAIL_ALIGNED"
+    RANDOM = "RANDOM"
+    SCATTERED = "SCATTERED"
+
+
+class LoadBalancingMode(enum.StrEnum):
+    ECMP = "ECMP"
+    ADAPTIVE = "ADAPTIVE"
+    SPRAY = "SPRAY"
+    FLOWLET = "FLOWLET"
+
+
+class EcmpHashFunction(enum.StrEnum):
+    CRC32 = "CRC32"
+    MURMUR3 = "MURMUR3"
+
+
+class Transport(enum.StrEnum):
+    ROCEV2 = "ROCEV2"
+    INFINIBAND = "INFINIBAND"
+
+
+@dataclasses.dataclass(frozen=True)
+class PointToPointFlow:
+    """One POINT_TO_POINT flow between two hosts, by name."""
+
+    source: str
+    destination: str
+    size_bytes: int
+    start_ns: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """A collective over a set of ranks (see `fabrictwin.v1.Job`)."""
+
+    collective: Collective | None
+    size_bytes: int = 0
+    label: str = ""
+    algorithm: Algorithm = Algorithm.RING
+    hosts: tuple[str, ...] = ()
+    rank_count: int = 0
+    placement: Placement = Placement.PACKED
+    start_ns: int = 0
+    qps_per_connection: int = 1
+    iterations: int = 1
+    chunks: int = 1
+    flows: tuple[PointToPointFlow, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadBalancingSpec:
+    """How switches pick among equal-cost next hops (see `fabrictwin.v1.LoadBalancing`)."""
+
+    mode: LoadBalancingMode | None
+    ecmp_hash: EcmpHashFunction = EcmpHashFunction.MURMUR3
+    same_seed_everywhere: bool = False
+    seed: int = 0
+    hash_destination_qp: bool = False
+    flowlet_gap_ns: int = 0
+    label: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationSpec:
+    """Everything a simulation needs, in domain terms."""
+
+    fabric: str
+    jobs: tuple[JobSpec, ...]
+    load_balancing: LoadBalancingSpec | None
+    fidelity: Fidelity = Fidelity.FLOW
+    transport: Transport = Transport.ROCEV2
+    mtu_bytes: int = 4096
+    switch_latency_ns: int = 0
+    sample_interval_ns: int = 0
+    seed: int = 0
+    telemetry_source: str = ""
+    time_limit_ns: int = 0
+    fault_count: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SimulationSpec:
+        """Build a spec from a plain dict of the same shape (enum values by name)."""
+        values = dict(data)
+        lb = values.get("load_balancing")
+        if isinstance(lb, Mapping):
+            lb = dict(lb)
+            if lb.get("mode") is not None:
+                lb["mode"] = LoadBalancingMode(lb["mode"])
+            if "ecmp_hash" in lb:
+                lb["ecmp_hash"] = EcmpHashFunction(lb["ecmp_hash"])
+            values["load_balancing"] = LoadBalancingSpec(**lb)
+        values["jobs"] = tuple(_job_from_dict(j) for j in values.get("jobs", ()))
+        for key, kind in (("fidelity", Fidelity), ("transport", Transport)):
+            if key in values:
+                values[key] = kind(values[key])
+        return cls(**values)
+
+
+def _job_from_dict(data: JobSpec | Mapping[str, Any]) -> JobSpec:
+    if isinstance(data, JobSpec):
+        return data
+    values = dict(data)
+    for key, kind in (("collective", Collective), ("algorithm", Algorithm), ("placement", Placement)):
+        if values.get(key) is not None:
+            values[key] = kind(values[key])
+    values["hosts"] = tuple(values.get("hosts", ()))
+    values["flows"] = tuple(
+        f if isinstance(f, PointToPointFlow) else PointToPointFlow(**f) for f in values.get("flows", ())
+    )
+    return JobSpec(**values)
+
+
+_RING_COLLECTIVES = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
+
+
+def _validate_job(index: int, job: JobSpec) -> None:
+    field = f"jobs[{index}]"
+    if job.collective is None:
+        raise InvalidArgument(f"{field}.collective", "is required")
+    for name in ("qps_per_connection", "iterations", "chunks", "start_ns", "rank_count"):
+        value = getattr(job, name)
+        if value < 0:
+            raise InvalidArgument(f"{field}.{name}", f"must not be negative, got {value}")
+    if job.collective == Collective.POINT_TO_POINT:
+        if not job.flows:
+            raise InvalidArgument(f"{field}.flows", "POINT_TO_POINT needs at least one flow")
+        for j, flow in enumerate(job.flows):
+            if flow.size_bytes <= 0:
+                raise InvalidArgument(f"{field}.flows[{j}].size_bytes", f"must be > 0, got {flow.size_bytes}")
+            if flow.start_ns < 0:
+                raise InvalidArgument(f"{field}.flows[{j}].start_ns", "must not be negative")
+            if flow.source == flow.destination:
+                raise InvalidArgument(
+                    f"{field}.flows[{j}]", f"source and destination are both {flow.source!r}"
+                )
+        return
+    if job.flows:
+        raise InvalidArgument(f"{field}.flows", "only POINT_TO_POINT jobs take flows")
+    if job.size_bytes <= 0:
+        raise InvalidArgument(f"{field}.size_bytes", f"must be > 0, got {job.size_bytes}")
+    if job.collective not in _RING_COLLECTIVES:
+        raise InvalidArgument(
+            f"{field}.collective", f"{job.collective.value} is not supported at FLOW fidelity yet"
+        )
+    if job.algorithm != Algorithm.RING:
+        raise InvalidArgument(
+            f"{field}.algorithm", f"{job.algorithm.value} is not supported at FLOW fidelity yet"
+        )
+    ranks = len(job.hosts) or job.rank_count
+    if job.hosts and job.rank_count and job.rank_count != len(job.hosts):
+        raise InvalidArgument(
+            f"{field}.rank_count", f"is {job.rank_count} but {len(job.hosts)} hosts are listed"
+        )
+    if ranks < 2:
+        raise InvalidArgument(f"{field}.rank_count", f"a collective needs at least 2 ranks, got {ranks}")
+    if len(set(job.hosts)) != len(job.hosts):
+        raise InvalidArgument(f"{field}.hosts", "lists a host more than once")
+
+
+def validate_spec(spec: SimulationSpec) -> None:
+    """Checks that need no fabric; raises InvalidArgument naming the field (relative to the spec)."""
+    if not spec.fabric:
+        raise InvalidArgument("fabric", "is required (fabrics/{fabric})")
+    if spec.fidelity == Fidelity.PACKET:
+        raise InvalidArgument("fidelity", "PACKET fidelity arrives with the packet-engine issue; use FLOW")
+    if spec.load_balancing is None or spec.load_balancing.mode is None:
+        raise InvalidArgument("load_balancing.mode", "is required (ECMP, ADAPTIVE, SPRAY or FLOWLET)")
+    if spec.load_balancing.mode == LoadBalancingMode.FLOWLET:
+        raise InvalidArgument("load_balancing.mode", "FLOWLET needs PACKET fidelity")
+    if not spec.jobs:
+        raise InvalidArgument("jobs", "at least one job is required")
+    if spec.fault_count:
+        raise InvalidArgument("faults", "fault injection is not supported at FLOW fidelity yet")
+    for name in ("switch_latency_ns", "sample_interval_ns", "time_limit_ns", "mtu_bytes", "seed"):
+        if getattr(spec, name) < 0:
+            raise InvalidArgument(name, f"must not be negative, got {getattr(spec, name)}")
+    for i, job in enumerate(spec.jobs):
+        _validate_job(i, job)
+    labels = job_labels(spec.jobs)
+    if len(set(labels)) != len(labels):
+        raise InvalidArgument("jobs", "job labels must be unique")
+
+
+def job_labels(jobs: Sequence[JobSpec]) -> list[str]:
+    """Each job's label, `job-{i}` where none was given."""
+    return [job.label or f"job-{i}" for i, job in enumerate(jobs)]
