@@ -31,6 +31,12 @@ class InvalidArgument(FabricTwinError, ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}" if field else problem)
         self.field = field
+        self.problem = problem
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Exceptions pickle as cls(*args); ours take (field, problem), so errors raised in a worker
+        # process come back to the server intact.
+        return (self.__class__, (self.field, self.problem))
 
 
 class NotFound(FabricTwinError, LookupError):

@@ -17,9 +17,10 @@ SERVICE_NAME = "fabrictwin.v1.ScenarioService"
 async def build(config: ServiceConfig):
     """Servicer wired to SQL and to the other three services; cleanup closes the peers' channels."""
     engine = make_engine(config.resolved_database_url())
-    topology = GrpcTopology(config.topology_address)
-    simulators = GrpcSimulators([a.strip() for a in config.simulator_addresses.split(",") if a.strip()])
-    telemetry = GrpcTelemetry(config.telemetry_address)
+    topology = GrpcTopology(config.topology_address, config.auth_token)
+    addresses = [a.strip() for a in config.simulator_addresses.split(",") if a.strip()]
+    simulators = GrpcSimulators(addresses, config.auth_token)
+    telemetry = GrpcTelemetry(config.telemetry_address, config.auth_token)
     servicer = ScenarioServicer(ScenarioStore(engine), topology, simulators, telemetry)
     await servicer.recover()
 

@@ -20,15 +20,7 @@ from fabrictwin.v1 import (
     topology_pb2_grpc,
 )
 
-from services.common.errors import (
-    AlreadyExists,
-    FabricTwinError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-    Unavailable,
-)
+from services.common.peers import auth_metadata, domain_error, peer_channel
 
 __all__ = [
     "GrpcSimulators",
@@ -37,7 +29,6 @@ __all__ = [
     "SimulatorPeer",
     "TelemetryPeer",
     "TopologyPeer",
-    "domain_error",
 ]
 
 
@@ -59,39 +50,17 @@ class TelemetryPeer(Protocol):
     async def get_source(self, name: str) -> telemetry_pb2.Source: ...
 
 
-_BY_CODE: dict[grpc.StatusCode, type[FabricTwinError]] = {
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-}
-
-
-def domain_error(exc: grpc.aio.AioRpcError, peer: str, field: str = "") -> FabricTwinError:
-    """Map a peer's status to the domain error the orchestrator's caller should see."""
-    code, details = exc.code(), exc.details() or ""
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidArgument(field, f"{peer} rejected it: {details}")
-    if code in _BY_CODE:
-        message = f"{field}: {details}" if field else details
-        return _BY_CODE[code](message)
-    return Unavailable(f"{peer} service: {code.name}: {details}")
-
-
-_CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.lb_policy_name", "round_robin"),  # spreads calls over every address a DNS name resolves to
-]
-
-
 class GrpcTopology:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    def __init__(self, address: str, auth_token: str = "") -> None:
+        self.channel = peer_channel(address)
+        self.metadata = auth_metadata(auth_token)
         self.stub = topology_pb2_grpc.TopologyServiceStub(self.channel)
 
     async def get_fabric(self, name: str) -> topology_pb2.Fabric:
         try:
-            return await self.stub.GetFabric(topology_pb2.GetFabricRequest(name=name), timeout=30)
+            return await self.stub.GetFabric(
+                topology_pb2.GetFabricRequest(name=name), timeout=30, metadata=self.metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "topology", "scenario.fabric") from exc
 
@@ -104,10 +73,11 @@ class GrpcSimulators:
     comma-separated list of addresses does the same across channels.
     """
 
-    def __init__(self, addresses: Sequence[str]) -> None:
+    def __init__(self, addresses: Sequence[str], auth_token: str = "") -> None:
         if not addresses:
             raise ValueError("at least one simulator address is needed")
-        self.channels = [grpc.aio.insecure_channel(a, options=_CHANNEL_OPTIONS) for a in addresses]
+        self.metadata = auth_metadata(auth_token)
+        self.channels = [peer_channel(a) for a in addresses]
         self.stubs = [simulation_pb2_grpc.SimulationServiceStub(c) for c in self.channels]
         self._next = itertools.cycle(range(len(self.stubs)))
         self._owner: dict[str, int] = {}
@@ -116,7 +86,7 @@ class GrpcSimulators:
         index = next(self._next)
         try:
             simulation = await self.stubs[index].StartSimulation(
-                simulation_pb2.StartSimulationRequest(spec=spec), timeout=60
+                simulation_pb2.StartSimulationRequest(spec=spec), timeout=60, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "simulator", "scenario") from exc
@@ -126,20 +96,25 @@ class GrpcSimulators:
     async def get(self, name: str) -> simulation_pb2.Simulation:
         stub = self.stubs[self._owner.get(name, 0)]
         try:
-            return await stub.GetSimulation(simulation_pb2.GetSimulationRequest(name=name), timeout=30)
+            return await stub.GetSimulation(
+                simulation_pb2.GetSimulationRequest(name=name), timeout=30, metadata=self.metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "simulator") from exc
 
 
 class GrpcTelemetry:
-    def __init__(self, address: str) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    def __init__(self, address: str, auth_token: str = "") -> None:
+        self.channel = peer_channel(address)
+        self.metadata = auth_metadata(auth_token)
         self.stub = telemetry_pb2_grpc.TelemetryServiceStub(self.channel)
 
     async def create_source(self, source_id: str, source: telemetry_pb2.Source) -> None:
         try:
             await self.stub.CreateSource(
-                telemetry_pb2.CreateSourceRequest(source_id=source_id, source=source), timeout=30
+                telemetry_pb2.CreateSourceRequest(source_id=source_id, source=source),
+                timeout=30,
+                metadata=self.metadata,
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
@@ -147,13 +122,15 @@ class GrpcTelemetry:
 
     async def get_source(self, name: str) -> telemetry_pb2.Source:
         try:
-            return await self.stub.GetSource(telemetry_pb2.GetSourceRequest(name=name), timeout=30)
+            return await self.stub.GetSource(
+                telemetry_pb2.GetSourceRequest(name=name), timeout=30, metadata=self.metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "telemetry", "source") from exc
 
     async def top_ports(self, request: telemetry_pb2.TopLinksRequest) -> list[telemetry_pb2.PortValue]:
         try:
-            reply = await self.stub.TopLinks(request, timeout=60)
+            reply = await self.stub.TopLinks(request, timeout=60, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "telemetry", "source") from exc
         return list(reply.ports)

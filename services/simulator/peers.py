@@ -19,7 +19,8 @@ import numpy as np
 from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc, topology_pb2, topology_pb2_grpc
 
 from services.common.arrays import to_numeric_array
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.common.errors import FailedPrecondition
+from services.common.peers import auth_metadata, domain_error, peer_channel
 from services.common.snapshot import FabricSnapshot
 from services.simulator.series import ChannelSeries
 
@@ -28,23 +29,19 @@ __all__ = ["SnapshotSource", "export_series"]
 ROWS_PER_BATCH = 50_000
 
 
-def _metadata(auth_token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {auth_token}"),) if auth_token else ()
-
-
 class SnapshotSource:
     """Snapshots from the topology service, cached by (fabric, routing_version)."""
 
     def __init__(self, address: str, auth_token: str = "", cache_size: int = 8) -> None:
         self._address = address
-        self._metadata = _metadata(auth_token)
+        self._metadata = auth_metadata(auth_token)
         self._channel: grpc.aio.Channel | None = None
         self._cache: collections.OrderedDict[tuple[str, int], FabricSnapshot] = collections.OrderedDict()
         self._cache_size = cache_size
 
     def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._address)
+            self._channel = peer_channel(self._address)
         return topology_pb2_grpc.TopologyServiceStub(self._channel)
 
     async def get(self, fabric: str) -> FabricSnapshot:
@@ -62,15 +59,7 @@ class SnapshotSource:
                 topology_pb2.GetFabricSnapshotRequest(name=fabric), metadata=self._metadata
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                raise NotFound(f"spec.fabric: {fabric} not found in the topology service") from exc
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise InvalidArgument(
-                    "spec.fabric", exc.details() or "rejected by the topology service"
-                ) from exc
-            raise Unavailable(
-                f"topology service at {self._address}: {exc.code().name} {exc.details()}"
-            ) from exc
+            raise domain_error(exc, f"topology ({self._address})", "spec.fabric") from exc
         snapshot = FabricSnapshot.from_proto(message)
         self._cache[(fabric, snapshot.routing_version)] = snapshot
         while len(self._cache) > self._cache_size:
@@ -129,8 +118,8 @@ async def export_series(
     auth_token: str = "",
 ) -> int:
     """Create the SIMULATED source (ALREADY_EXISTS is fine) and ingest the series; returns rows stored."""
-    metadata = _metadata(auth_token)
-    async with grpc.aio.insecure_channel(address) as channel:
+    metadata = auth_metadata(auth_token)
+    async with peer_channel(address) as channel:
         stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
         source = telemetry_pb2.Source(
             kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
@@ -150,11 +139,7 @@ async def export_series(
                 _batches(f"sources/{source_id}", series, names), metadata=metadata
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise InvalidArgument(
-                    "spec.telemetry_source", exc.details() or "rejected by telemetry"
-                ) from exc
-            raise Unavailable(f"telemetry service at {address}: {exc.code().name} {exc.details()}") from exc
+            raise domain_error(exc, f"telemetry ({address})", "spec.telemetry_source") from exc
     if reply.rejected:
         reason = reply.reasons[0].reason if reply.reasons else "no reason given"
         raise FailedPrecondition(f"telemetry rejected {reply.rejected} of the series rows: {reason}")

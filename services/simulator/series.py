@@ -35,6 +35,21 @@ class ChannelSeries:
     def total_bytes(self) -> np.ndarray:
         return self.bytes.sum(axis=1)
 
+    def over_all_channels(self, num_channels: int) -> ChannelSeries:
+        """The same series for every channel 0..num_channels-1, idle ones as zeros.
+
+        A live cluster reports counters for every port, busy or not; telemetry of a simulated run
+        does the same, so that "idle links next to hot ones" is visible in either.
+        """
+        bins = self.bytes.shape[1]
+        data = np.zeros((num_channels, bins), dtype=self.bytes.dtype)
+        utilisation = np.zeros((num_channels, bins), dtype=np.float64)
+        data[self.channels] = self.bytes
+        utilisation[self.channels] = self.utilisation
+        return ChannelSeries(
+            np.arange(num_channels, dtype=np.int32), self.start_ns, self.interval_ns, data, utilisation
+        )
+
 
 def default_sample_interval_ns(end_ns: int) -> int:
     """Completion time / 100, at least 1 us."""

@@ -161,8 +161,8 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
                     spec.telemetry_source,
                     spec.fabric,
                     name,
-                    outcome.series,
-                    outcome.channels.display_names,
+                    outcome.series.over_all_channels(snapshot.num_channels),
+                    [snapshot.channel_name(c) for c in range(snapshot.num_channels)],
                     self._auth_token,
                 )
             self._registry.update(

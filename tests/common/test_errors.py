@@ -112,3 +112,15 @@ async def test_a_streaming_call_keeps_what_it_sent_before_the_error(topology):
             received.append(event.fabric)
     assert received == ["fabrics/invalid"]
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_domain_errors_survive_the_trip_back_from_a_worker_process():
+    import pickle
+
+    from services.common.errors import InvalidArgument, NotFound
+
+    back = pickle.loads(pickle.dumps(InvalidArgument("spec.jobs[0].size_bytes", "must be positive")))
+    assert isinstance(back, InvalidArgument)
+    assert back.field == "spec.jobs[0].size_bytes"
+    assert str(back) == "spec.jobs[0].size_bytes: must be positive"
+    assert str(pickle.loads(pickle.dumps(NotFound("fabrics/x does not exist")))) == "fabrics/x does not exist"

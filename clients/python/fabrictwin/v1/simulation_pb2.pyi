@@ -873,7 +873,7 @@ class SimulationResult(_message.Message):
 
     @_builtins.property
     def flows(self) -> _containers.RepeatedCompositeFieldContainer[Global___FlowResult]:
-        """Per flow (may be truncated to `flow_results_limit`)."""
+        """Per flow (at most 10,000; a model note says when the list was truncated)."""
 
     @_builtins.property
     def uplink_skew(self) -> Global___UtilisationSkew:
