@@ -30,7 +30,7 @@ bench: venv
 	$(PY) -m bench $(BENCH)
 
 run: venv
-	$(PY) -m scripts.devstack
+	$(PY) -m services.stack
 
 clean:
 	rm -rf .fabrictwin .pytest_cache .ruff_cache

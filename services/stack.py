@@ -139,3 +139,47 @@ def running_stack(data_dir: str | os.PathLike[str], **kwargs) -> Iterator[Stack]
         yield stack
     finally:
         stack.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make run`: start the stack on the default ports, run the demo, serve until Ctrl-C."""
+    import argparse
+
+    from fabrictwin.client import Client
+    from fabrictwin.demo import run_demo
+
+    from services.common.config import DEFAULT_PORTS
+
+    parser = argparse.ArgumentParser(prog="python -m services.stack", description=main.__doc__)
+    parser.add_argument(
+        "--data-dir", default=".fabrictwin", help="SQLite databases and logs (default .fabrictwin)"
+    )
+    parser.add_argument("--no-demo", action="store_true", help="only start the services")
+    parser.add_argument("--exit-after-demo", action="store_true", help="stop the services after the demo")
+    args = parser.parse_args(argv)
+
+    stack = start_stack(args.data_dir, ports=DEFAULT_PORTS)
+    try:
+        stack.wait_serving()
+        for name in SERVICES:
+            print(f"{name:<13} SERVING on {stack.address(name)}  (log: {stack.log_path(name)})", flush=True)
+        if not args.no_demo:
+            print("\nrunning the demo scenario through the SDK ...\n", flush=True)
+            with Client(**{name: stack.address(name) for name in SERVICES}) as client:
+                run_demo(client, args.data_dir)
+        if not args.exit_after_demo:
+            print("\nserving; press Ctrl-C to stop", flush=True)
+            stop_signals = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # children started already
+            signal.sigwait(stop_signals)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("\nstopping ...", flush=True)
+        codes = stack.stop()
+        print("stopped: " + ", ".join(f"{name} exit {code}" for name, code in codes.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

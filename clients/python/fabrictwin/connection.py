@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from fabrictwin.errors import FabricTwinError, error_from_rpc
+from fabrictwin.errors import CancelledError, FabricTwinError, InvalidArgumentError, error_from_rpc
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES", "Connection", "TlsFiles"]
 
@@ -35,7 +35,7 @@ class TlsFiles:
         certificate_chain: bytes | None = None,
     ) -> None:
         if (private_key is None) != (certificate_chain is None):
-            raise ValueError("mutual TLS needs both private_key and certificate_chain")
+            raise InvalidArgumentError("mutual TLS needs both private_key and certificate_chain")
         self.root_certificates = root_certificates
         self.private_key = private_key
         self.certificate_chain = certificate_chain
@@ -44,6 +44,36 @@ class TlsFiles:
     def enabled(self) -> bool:
         """True when any TLS material was given (the channel is then a secure channel)."""
         return any(v is not None for v in (self.root_certificates, self.private_key, self.certificate_chain))
+
+
+class _GuardedIterator:
+    """Iterates `items`; an exception from them ends the stream and is kept for the caller.
+
+    gRPC pulls a request iterator in its own thread and, when it raises, logs a traceback and reports
+    only "Exception iterating requests!". Instead the guard records the exception, cancels the call
+    (`on_error`) and stops, so that `Connection.client_stream` can raise the original exception.
+    """
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self._items = iter(items)
+        self.error: Exception | None = None
+        self.on_error: Callable[[], Any] | None = None
+
+    def __iter__(self) -> _GuardedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.error is not None:
+            raise StopIteration
+        try:
+            return next(self._items)
+        except StopIteration:
+            raise
+        except Exception as exc:
+            self.error = exc
+            if self.on_error is not None:
+                self.on_error()
+            raise StopIteration from None
 
 
 class Connection:
@@ -85,18 +115,47 @@ class Connection:
     def unary(self, method: Callable[..., T], request: Any, *, timeout: float | None = DEFAULT_TIMEOUT) -> T:
         """Call a unary method; DEFAULT_TIMEOUT means the connection's default, None no deadline."""
         try:
-            return method(request, timeout=self.timeout if timeout == DEFAULT_TIMEOUT else timeout, metadata=self.metadata)
+            return method(
+                request,
+                timeout=self.timeout if timeout == DEFAULT_TIMEOUT else timeout,
+                metadata=self.metadata,
+            )
         except grpc.RpcError as exc:
             raise self.error(exc) from None
 
     def client_stream(self, method: Callable[..., T], requests: Iterable[Any], *, timeout: float | None) -> T:
-        """Call a client-streaming method with an iterable of requests."""
-        try:
-            return method(iter(requests), timeout=timeout, metadata=self.metadata)
-        except grpc.RpcError as exc:
-            raise self.error(exc) from None
+        """Call a client-streaming method with an iterable of requests.
 
-    def server_stream(self, method: Callable[..., Any], request: Any, *, timeout: float | None) -> Iterator[Any]:
+        An exception raised by `requests` itself reaches the caller unchanged (gRPC iterates it in
+        its own thread and would otherwise report only an anonymous CANCELLED).
+        """
+        guarded = _GuardedIterator(requests)
+        future = method.future(guarded, timeout=timeout, metadata=self.metadata)  # type: ignore[attr-defined]
+        guarded.on_error = future.cancel
+        if guarded.error is not None:  # raised before on_error was set
+            future.cancel()
+        try:
+            response = future.result()
+        except grpc.FutureCancelledError:
+            if guarded.error is not None:
+                raise guarded.error from None
+            raise CancelledError(
+                "the call was cancelled", service=self.service, address=self.address
+            ) from None
+        except grpc.RpcError as exc:
+            if guarded.error is not None:
+                raise guarded.error from None
+            raise self.error(exc) from None
+        except BaseException:  # Ctrl-C while waiting: do not leave the stream open
+            future.cancel()
+            raise
+        if guarded.error is not None:  # the server answered the half-closed stream before the cancel
+            raise guarded.error
+        return response
+
+    def server_stream(
+        self, method: Callable[..., Any], request: Any, *, timeout: float | None
+    ) -> Iterator[Any]:
         """Iterate a server-streaming method; leaving the loop early cancels the call on the server."""
         call = method(request, timeout=timeout, metadata=self.metadata)
         try:

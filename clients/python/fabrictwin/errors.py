@@ -37,7 +37,9 @@ class FabricTwinError(Exception):
 
     code: str = "UNKNOWN"
 
-    def __init__(self, details: str, *, code: str | None = None, service: str = "", address: str = "") -> None:
+    def __init__(
+        self, details: str, *, code: str | None = None, service: str = "", address: str = ""
+    ) -> None:
         self.details = details
         if code is not None:
             self.code = code

@@ -35,9 +35,13 @@ def run_name(value: str) -> str:
     return name
 
 
+def _names(enum_type: Any) -> list[str]:
+    return [value.name for value in enum_type.DESCRIPTOR.values]
+
+
 def enum_prefix(enum_type: Any) -> str:
     """The common prefix of an enum's value names (`LOAD_BALANCING_MODE_`), from its UNSPECIFIED value."""
-    for name in enum_type.keys():
+    for name in _names(enum_type):
         if name.endswith("_UNSPECIFIED"):
             return name[: -len("UNSPECIFIED")]
     return ""
@@ -46,7 +50,7 @@ def enum_prefix(enum_type: Any) -> str:
 def enum_choices(enum_type: Any) -> list[str]:
     """The short lower-case names of an enum's values, without UNSPECIFIED (`["ecmp", "adaptive", ...]`)."""
     prefix = enum_prefix(enum_type)
-    return [name[len(prefix) :].lower() for name in enum_type.keys() if not name.endswith("_UNSPECIFIED")]
+    return [name[len(prefix) :].lower() for name in _names(enum_type) if not name.endswith("_UNSPECIFIED")]
 
 
 def enum_value(enum_type: Any, value: int | str, field: str) -> int:
@@ -58,14 +62,12 @@ def enum_value(enum_type: Any, value: int | str, field: str) -> int:
     # Compare without separators so that `all_reduce`, `all-reduce` and `allreduce` all match.
     wanted = _squash(value)
     prefix = enum_prefix(enum_type)
-    for name in enum_type.keys():
+    for name in _names(enum_type):
         if name.endswith("_UNSPECIFIED"):
             continue
         if wanted in (_squash(name), _squash(name[len(prefix) :])):
             return int(enum_type.Value(name))
-    raise InvalidArgumentError(
-        f"{field}: {value!r} is not one of {', '.join(enum_choices(enum_type))}"
-    )
+    raise InvalidArgumentError(f"{field}: {value!r} is not one of {', '.join(enum_choices(enum_type))}")
 
 
 def _squash(text: str) -> str:

@@ -1,0 +1,164 @@
+"""The `fabrictwin` command line: `fabrictwin --help`, then `fabrictwin <command> --help`.
+
+Exit codes: 0 success; 1 the server refused or failed (its message on stderr, no traceback), or a
+job did not succeed; 2 usage (bad options, unreadable or malformed input files); 130 interrupted.
+Addresses and the token come from the options or FABRICTWIN_*_ADDRESS / FABRICTWIN_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from fabrictwin import __version__, cli_fabric, cli_scenario, cli_simulation, cli_telemetry
+from fabrictwin.cli_common import InputError, leaf, print_json, warn
+from fabrictwin.client import SERVICE_NAMES, Addresses, Client
+from fabrictwin.errors import FabricTwinError, InvalidArgumentError
+from fabrictwin.tables import health_table
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+examples:
+  fabrictwin health
+  fabrictwin fabric create fat-tree --k 8 --id ft8
+  fabrictwin simulate --fabric ft8 --ranks 16 --placement scattered --size 256MiB \\
+      --mode ecmp --mode adaptive --wait
+  fabrictwin scenario create --fabric ft8 --ranks 16 --placement scattered --size 256MiB --id demo
+  fabrictwin scenario run demo --wait
+  fabrictwin fabric list --json | jq '.[].name'
+
+exit codes: 0 ok, 1 server error or failed job, 2 usage or bad input file
+"""
+
+
+def _read_pem(path: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(
+        args.topology,
+        args.simulator.split(",")[0].strip(),
+        args.telemetry,
+        args.orchestrator,
+        token=args.token or None,
+        root_certificates=_read_pem(args.tls_ca),
+        private_key=_read_pem(args.tls_key),
+        certificate_chain=_read_pem(args.tls_cert),
+        timeout=args.timeout if args.timeout > 0 else None,
+    )
+
+
+def _service_arg(text: str) -> str:
+    # argparse's `choices` with nargs="*" rejects the empty default on Python 3.11; check here instead.
+    if text not in SERVICE_NAMES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(SERVICE_NAMES)}")
+    return text
+
+
+def _health(client: Client, args: argparse.Namespace) -> int:
+    status = client.health(args.service or None)
+    addresses = client.addresses()
+    if args.json:
+        print_json({s: {"address": addresses[s], "status": v} for s, v in status.items()})
+    else:
+        print(health_table(status, addresses))
+    return 0 if all(v == "SERVING" for v in status.values()) else 1
+
+
+def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The whole command tree; defaults for addresses and token come from `env` (os.environ)."""
+    found = Addresses.from_env(env if env is not None else dict(os.environ))
+    parser = argparse.ArgumentParser(
+        prog="fabrictwin",
+        description="FabricTwin: a network digital twin of AI-training fabrics. Talks to the topology, "
+        "simulator, telemetry and orchestrator services.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fabrictwin {__version__}")
+    for service in SERVICE_NAMES:
+        variable = f"FABRICTWIN_{service.upper()}_ADDRESS"
+        parser.add_argument(
+            f"--{service}",
+            default=getattr(found, service),
+            metavar="HOST:PORT",
+            help=f"{service} service address (env {variable}, now {getattr(found, service)})",
+        )
+    parser.add_argument("--token", default=found.token or "", help="bearer token (env FABRICTWIN_TOKEN)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each call, s (0: none)")
+    parser.add_argument("--tls-ca", default="", metavar="PEM", help="root certificates: use TLS")
+    parser.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate chain (mutual TLS)")
+    parser.add_argument("--tls-key", default="", metavar="PEM", help="client private key (mutual TLS)")
+    parser.add_argument("--json", dest="global_json", action="store_true", help="JSON output for any command")
+
+    root = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    root.required = True
+    p = leaf(
+        root,
+        "health",
+        _health,
+        "health of the four services (exit 1 unless all asked are SERVING)",
+        "Check each service with the standard gRPC health protocol: SERVING, NOT_SERVING,\n"
+        "SERVICE_UNKNOWN, or UNAVAILABLE when it cannot be reached. Exit 0 only if all are SERVING.",
+    )
+    p.add_argument(
+        "service",
+        nargs="*",
+        type=_service_arg,
+        metavar="SERVICE",
+        help=f"only these ({', '.join(SERVICE_NAMES)})",
+    )
+    cli_fabric.register(root)
+    cli_simulation.register(root)
+    cli_telemetry.register(root)
+    cli_scenario.register(root)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `fabrictwin` command; returns the exit code (console script: `sys.exit(main())`)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # --help, --version (0) and usage errors (2)
+        return exc.code if isinstance(exc.code, int) else 0
+    args.json = getattr(args, "json", False) or args.global_json
+    try:
+        client = _client(args)
+    except (InputError, ValueError) as exc:
+        warn(f"fabrictwin: error: {exc}")
+        return 2
+    try:
+        return int(args.handler(client, args))
+    except InvalidArgumentError as exc:
+        warn(f"error: {exc}")
+        return 1 if exc.service else 2  # raised by the SDK before any call: a usage error
+    except FabricTwinError as exc:
+        warn(f"error: {exc}")
+        return 1
+    except InputError as exc:
+        warn(f"fabrictwin: error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `fabrictwin fabric links x | head`: stop quietly
+        # Point stdout at /dev/null so that the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""What every `fabrictwin` command module shares: argument types, leaf parsers with `--json`, output.
+
+A command handler is `handler(client, args) -> exit code`. It prints a human table, or with `--json`
+the protobuf message(s) as JSON (field names as in the .proto files, default values included,
+int64 values as strings per the proto3 JSON mapping; lists as a JSON array).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from fabrictwin.client import Client
+from fabrictwin.names import enum_choices
+from fabrictwin.units import parse_duration_ns, parse_size
+
+__all__ = [
+    "Handler",
+    "InputError",
+    "choice",
+    "duration_arg",
+    "emit",
+    "emit_list",
+    "key_value_arg",
+    "leaf",
+    "message_dict",
+    "print_json",
+    "size_arg",
+    "subcommands",
+    "warn",
+]
+
+Handler = Callable[[Client, argparse.Namespace], int]
+
+
+class InputError(ValueError):
+    """A problem with what the user gave the CLI (a file, a CSV line): exit code 2, no traceback."""
+
+
+def size_arg(text: str) -> int:
+    """argparse type: bytes from `256MiB`, `1GiB`, `1e6`, `4096`."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def duration_arg(text: str) -> int:
+    """argparse type: nanoseconds from `500` (ns), `10us`, `1.5ms`, `2s`."""
+    try:
+        return parse_duration_ns(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def key_value_arg(text: str) -> tuple[str, str]:
+    """argparse type: `key=value`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def choice(enum_type: Any) -> dict[str, Any]:
+    """add_argument keywords for an enum given by short name (`rail-aligned` = `rail_aligned`)."""
+    choices = enum_choices(enum_type)
+    return {
+        "type": lambda text: text.strip().lower().replace("-", "_"),
+        "choices": choices,
+        "metavar": "{" + ",".join(choices) + "}",
+    }
+
+
+def subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubParsersAction:
+    """A required group of subcommands (`fabrictwin fabric` alone is a usage error, exit 2)."""
+    group = parser.add_subparsers(title=title, dest=f"{title}_command", metavar="COMMAND")
+    group.required = True
+    return group
+
+
+def leaf(
+    group: argparse._SubParsersAction, name: str, handler: Handler, summary: str, description: str = ""
+) -> argparse.ArgumentParser:
+    """A runnable subcommand with `--help` and `--json`, calling `handler`."""
+    parser = group.add_parser(
+        name,
+        help=summary,
+        description=description or summary,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (protobuf JSON mapping) instead of a table"
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    """A message as a JSON-ready dict, proto field names, default values included."""
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def print_json(value: Any) -> None:
+    """Print a JSON value (dicts, lists, messages inside) to stdout."""
+    print(
+        json.dumps(value, indent=2, default=lambda m: message_dict(m) if isinstance(m, Message) else str(m))
+    )
+
+
+def emit(args: argparse.Namespace, message: Message, human: Callable[[Message], str]) -> None:
+    """Print one message: JSON with --json, else `human(message)`."""
+    if args.json:
+        print_json(message_dict(message))
+    else:
+        print(human(message))
+
+
+def emit_list(
+    args: argparse.Namespace, messages: Iterable[Message], human: Callable[[Sequence[Any]], str]
+) -> None:
+    """Print a list of messages: a JSON array with --json, else `human(messages)`."""
+    items = list(messages)
+    if args.json:
+        print_json([message_dict(m) for m in items])
+    else:
+        print(human(items))
+
+
+def warn(text: str) -> None:
+    """A line on stderr (progress, failures) that never mixes with the JSON on stdout."""
+    print(text, file=sys.stderr)

@@ -1,0 +1,327 @@
+"""`fabrictwin fabric ...`: create, import, export, inspect, change and watch fabrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from fabrictwin.cli_common import (
+    InputError,
+    choice,
+    duration_arg,
+    emit,
+    emit_list,
+    key_value_arg,
+    leaf,
+    message_dict,
+    subcommands,
+)
+from fabrictwin.client import Client
+from fabrictwin.format import fabrics_table
+from fabrictwin.names import enum_label
+from fabrictwin.tables import forwarding_table, links_table, nodes_table, paths_table
+from fabrictwin.v1 import topology_pb2
+
+__all__ = ["register"]
+
+
+def _read_input(path: str) -> str:
+    """The text of FILE, or of stdin for `-`."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _fabric_row(fabric: topology_pb2.Fabric) -> str:
+    return fabrics_table([fabric])
+
+
+def _create_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--id", default="", help="id of the fabric (fabrics/ID); generated if omitted")
+    parser.add_argument("--display-name", default="", help="human-readable name")
+    parser.add_argument(
+        "--speed-gbps", type=float, default=0.0, help="speed of every link, Gb/s (default 400)"
+    )
+    parser.add_argument(
+        "--host-speed-gbps", type=float, default=0.0, help="host-to-leaf speed if different, Gb/s"
+    )
+    parser.add_argument(
+        "--latency-ns", type=duration_arg, default=0, help="propagation latency per link: 500, 500ns, 1us"
+    )
+    parser.add_argument(
+        "--routing",
+        **choice(topology_pb2.RoutingEngine),
+        default=None,
+        help="routing engine (default minhop)",
+    )
+    parser.add_argument(
+        "--label",
+        type=key_value_arg,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label (repeat)",
+    )
+
+
+def _create(client: Client, args: argparse.Namespace, spec: topology_pb2.FabricSpec) -> int:
+    spec.link_speed_gbps = args.speed_gbps
+    spec.link_latency_ns = args.latency_ns
+    spec.host_link_speed_gbps = args.host_speed_gbps
+    fabric = client.fabrics.create(
+        spec,
+        fabric_id=args.id,
+        display_name=args.display_name,
+        routing_engine=args.routing,
+        labels=dict(args.label),
+    )
+    emit(args, fabric, _fabric_row)
+    return 0
+
+
+def _create_fat_tree(client: Client, args: argparse.Namespace) -> int:
+    return _create(client, args, topology_pb2.FabricSpec(fat_tree=topology_pb2.FatTreeSpec(k=args.k)))
+
+
+def _create_leaf_spine(client: Client, args: argparse.Namespace) -> int:
+    spec = topology_pb2.LeafSpineSpec(
+        leaves=args.leaves,
+        spines=args.spines,
+        hosts_per_leaf=args.hosts_per_leaf,
+        parallel_links=args.parallel_links,
+    )
+    return _create(client, args, topology_pb2.FabricSpec(leaf_spine=spec))
+
+
+def _create_superpod(client: Client, args: argparse.Namespace) -> int:
+    spec = topology_pb2.SuperPodSpec(
+        scalable_units=args.scalable_units, nodes_per_su=args.nodes_per_su, gpus_per_node=args.gpus_per_node
+    )
+    return _create(client, args, topology_pb2.FabricSpec(superpod=spec))
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.fabrics.list(), fabrics_table)
+    return 0
+
+
+def _get(client: Client, args: argparse.Namespace) -> int:
+    emit(args, client.fabrics.get(args.name), _fabric_row)
+    return 0
+
+
+def _delete(client: Client, args: argparse.Namespace) -> int:
+    client.fabrics.delete(args.name)
+    emit(args, topology_pb2.DeleteFabricResponse(), lambda _: f"deleted {args.name}")
+    return 0
+
+
+def _nodes(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.fabrics.nodes(args.name, kind=args.kind), nodes_table)
+    return 0
+
+
+def _links(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.fabrics.links(args.name, state=args.state), links_table)
+    return 0
+
+
+def _paths(client: Client, args: argparse.Namespace) -> int:
+    emit(
+        args,
+        client.fabrics.paths(args.name, args.source, args.destination, max_paths=args.max_paths),
+        paths_table,
+    )
+    return 0
+
+
+def _route(client: Client, args: argparse.Namespace) -> int:
+    emit(args, client.fabrics.forwarding_table(args.name, args.switch), forwarding_table)
+    return 0
+
+
+def _import(client: Client, args: argparse.Namespace) -> int:
+    fabric = client.fabrics.import_(
+        args.format,
+        _read_input(args.file),
+        fabric_id=args.id,
+        display_name=args.display_name,
+        routing_engine=args.routing,
+        default_link_speed_gbps=args.default_speed_gbps,
+        default_link_latency_ns=args.default_latency_ns,
+    )
+    emit(args, fabric, _fabric_row)
+    return 0
+
+
+def _export(client: Client, args: argparse.Namespace) -> int:
+    content = client.fabrics.export(args.name, args.format)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(content)
+        except OSError as exc:
+            raise InputError(f"cannot write {args.output}: {exc.strerror}") from None
+        emit(args, topology_pb2.ExportFabricResponse(), lambda _: f"wrote {args.output}")
+    elif args.json:
+        print(json.dumps({"content": content}))
+    else:
+        sys.stdout.write(content if content.endswith("\n") else content + "\n")
+    return 0
+
+
+def _link_set(client: Client, args: argparse.Namespace) -> int:
+    if args.state == "degraded" and not args.ber:
+        raise InputError("--state degraded needs --ber (bit error rate, in (0, 1))")
+    response = client.fabrics.set_link_state(args.fabric, args.link, args.state, bit_error_rate=args.ber)
+
+    def human(r: topology_pb2.SetLinkStateResponse) -> str:
+        routing = r.routing
+        return (
+            f"{links_table([r.link])}\nrerouted: routing version {routing.routing_version}, "
+            f"{routing.changed_entries} entries on {routing.changed_switches} switches changed, "
+            f"{routing.unreachable_pairs} unreachable host pairs"
+        )
+
+    emit(args, response, human)
+    return 0
+
+
+def _reroute(client: Client, args: argparse.Namespace) -> int:
+    dump = _read_input(args.lfts_dump) if args.lfts_dump else ""
+    summary = client.fabrics.compute_routes(args.name, routing_engine=args.routing, lfts_dump=dump)
+
+    def human(s: topology_pb2.RoutingSummary) -> str:
+        engine = enum_label(topology_pb2.RoutingEngine, s.routing_engine).lower()
+        return (
+            f"{s.fabric}: {engine} routing version {s.routing_version}, {s.changed_entries} entries changed, "
+            f"{s.unreachable_pairs} unreachable host pairs, {s.compute_ns / 1e6:.1f} ms"
+        )
+
+    emit(args, summary, human)
+    return 0
+
+
+def _watch(client: Client, args: argparse.Namespace) -> int:
+    for event in client.fabrics.watch(args.name):
+        if args.json:  # one compact JSON object per line (JSON Lines), flushed as it arrives
+            print(json.dumps(message_dict(event)), flush=True)
+            continue
+        kind = enum_label(topology_pb2.FabricEventKind, event.kind)
+        detail = ""
+        if event.kind == topology_pb2.FABRIC_EVENT_KIND_LINK_STATE_CHANGED:
+            state = enum_label(topology_pb2.LinkState, event.link.state)
+            detail = f"{event.link.display_name or event.link.name} -> {state}"
+        elif event.kind == topology_pb2.FABRIC_EVENT_KIND_ROUTES_CHANGED:
+            detail = (
+                f"routing version {event.routing.routing_version}, {event.routing.changed_entries} entries"
+            )
+        print(
+            f"{event.time.ToJsonString() if event.time.seconds else '-'}  {kind}  {detail}".rstrip(),
+            flush=True,
+        )
+    return 0
+
+
+def register(root: argparse._SubParsersAction) -> None:
+    """Add `fabric` and its subcommands to the root parser's subcommands."""
+    fabric = root.add_parser("fabric", help="build, import, inspect and change fabrics (topology service)")
+    fabric.description = (
+        "Fabrics: build or import them, inspect nodes, links, routes and paths, change links."
+    )
+    group = subcommands(fabric, "fabric")
+
+    create = group.add_parser("create", help="build a fabric from a generator", description="Build a fabric.")
+    create_group = subcommands(create, "generator")
+    p = leaf(
+        create_group,
+        "fat-tree",
+        _create_fat_tree,
+        "k-ary fat-tree: k pods, (k/2)^2 core switches, k^3/4 hosts",
+    )
+    p.add_argument("--k", type=int, required=True, help="switch radix, even (8 gives 128 hosts)")
+    _create_options(p)
+    p = leaf(create_group, "leaf-spine", _create_leaf_spine, "two-tier leaf-spine (Clos) fabric")
+    p.add_argument("--leaves", type=int, required=True, help="leaf switches")
+    p.add_argument("--spines", type=int, required=True, help="spine switches")
+    p.add_argument("--hosts-per-leaf", type=int, required=True, help="hosts attached to each leaf")
+    p.add_argument(
+        "--parallel-links", type=int, default=0, help="cables between each leaf and spine (default 1)"
+    )
+    _create_options(p)
+    p = leaf(create_group, "superpod", _create_superpod, "rail-optimised DGX SuperPOD of scalable units")
+    p.add_argument("--scalable-units", type=int, required=True, help="scalable units (SU)")
+    p.add_argument("--nodes-per-su", type=int, default=0, help="nodes per SU (default 32)")
+    p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs (rails) per node (default 8)")
+    _create_options(p)
+
+    leaf(group, "list", _list, "list fabrics")
+    leaf(group, "get", _get, "show one fabric").add_argument("name", help="fabric (ID or fabrics/ID)")
+    leaf(group, "delete", _delete, "delete a fabric and its routes").add_argument("name", help="fabric")
+    p = leaf(group, "nodes", _nodes, "list the nodes of a fabric")
+    p.add_argument("name", help="fabric")
+    p.add_argument(
+        "--kind", **choice(topology_pb2.NodeKind), default=None, help="only hosts or only switches"
+    )
+    p = leaf(group, "links", _links, "list the links of a fabric")
+    p.add_argument("name", help="fabric")
+    p.add_argument("--state", **choice(topology_pb2.LinkState), default=None, help="only links in this state")
+    p = leaf(group, "paths", _paths, "equal-cost paths between two hosts under the current routes")
+    p.add_argument("name", help="fabric")
+    p.add_argument("source", metavar="SRC", help="source host (name)")
+    p.add_argument("destination", metavar="DST", help="destination host (name)")
+    p.add_argument("--max-paths", type=int, default=0, help="at most this many paths (default 64)")
+    p = leaf(group, "route", _route, "forwarding table of one switch (LFT port and ECMP ports)")
+    p.add_argument("name", help="fabric")
+    p.add_argument("switch", help="switch (name, e.g. leaf-3)")
+    p = leaf(
+        group,
+        "import",
+        _import,
+        "import a fabric from a topology dump",
+        "Import a fabric from a dump and route it. FILE may be '-' for stdin.\n"
+        "Formats: ibnetdiscover (rdma-core text, also ibsim's short form), json, ns3_hpcc.",
+    )
+    p.add_argument("file", metavar="FILE", help="the dump ('-' reads stdin)")
+    p.add_argument("--format", **choice(topology_pb2.TopologyFormat), required=True, help="format of FILE")
+    p.add_argument("--id", default="", help="id of the fabric; generated if omitted")
+    p.add_argument("--display-name", default="", help="human-readable name")
+    p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
+    p.add_argument(
+        "--default-speed-gbps", type=float, default=0.0, help="link speed where the dump gives none"
+    )
+    p.add_argument(
+        "--default-latency-ns", type=duration_arg, default=0, help="link latency where none is given"
+    )
+    p = leaf(group, "export", _export, "write a fabric in a topology format (to stdout or --output)")
+    p.add_argument("name", help="fabric")
+    p.add_argument("--format", **choice(topology_pb2.TopologyFormat), default="json", help="output format")
+    p.add_argument("--output", "-o", default="", help="write to this file instead of stdout")
+    p = leaf(
+        group,
+        "link-set",
+        _link_set,
+        "set a link up, down or degraded and reroute",
+        "Set a link's state. LINK is fabrics/F/links/L, or L (index or display name) with --fabric F.",
+    )
+    p.add_argument("link", metavar="LINK", help="link (fabrics/F/links/L, or L with --fabric)")
+    p.add_argument("--fabric", default="", help="fabric of LINK when LINK is not a full name")
+    p.add_argument("--state", **choice(topology_pb2.LinkState), required=True, help="new state")
+    p.add_argument("--ber", type=float, default=0.0, help="bit error rate for degraded, in (0, 1)")
+    p = leaf(group, "reroute", _reroute, "recompute every forwarding table (optionally with another engine)")
+    p.add_argument("name", help="fabric")
+    p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
+    p.add_argument("--lfts-dump", default="", help="opensm-lfts.dump file for the file engine")
+    p = leaf(
+        group,
+        "watch",
+        _watch,
+        "stream fabric events until Ctrl-C",
+        "Print fabric events (link changes, reroutes) as they happen; with --json one JSON object per line.",
+    )
+    p.add_argument("name", help="fabric")

@@ -1,0 +1,156 @@
+"""`fabrictwin scenario ...`: create scenarios, run them, compare runs, diagnose telemetry."""
+
+from __future__ import annotations
+
+import argparse
+
+from fabrictwin.cli_common import (
+    duration_arg,
+    emit,
+    emit_list,
+    leaf,
+    message_dict,
+    print_json,
+    subcommands,
+    warn,
+)
+from fabrictwin.cli_simulation import add_workload_options, job_from_args, modes_from_args
+from fabrictwin.client import Client
+from fabrictwin.format import comparison_table
+from fabrictwin.names import enum_label
+from fabrictwin.tables import findings_table, run_report, runs_table, scenarios_table
+from fabrictwin.v1 import common_pb2, scenario_pb2
+
+__all__ = ["register"]
+
+
+def _is_run(name: str) -> bool:
+    return "/runs/" in name
+
+
+def _create(client: Client, args: argparse.Namespace) -> int:
+    scenario = client.scenarios.create(
+        args.fabric,
+        [job_from_args(args)],
+        modes_from_args(args),
+        scenario_id=args.id,
+        display_name=args.display_name,
+        fidelity=args.fidelity,
+        transport=args.transport,
+        seed=args.seed,
+        store_telemetry=args.store_telemetry,
+    )
+    emit(args, scenario, lambda s: scenarios_table([s]))
+    return 0
+
+
+def _run(client: Client, args: argparse.Namespace) -> int:
+    run = client.scenarios.run(args.name, run_id=args.id)
+    if not args.wait:
+        emit(args, run, run_report)
+        return 0
+    run = client.scenarios.wait_run(run.name, timeout=args.wait_timeout)
+    succeeded = run.state == common_pb2.JOB_STATE_SUCCEEDED
+    comparison = client.scenarios.compare([run.name]) if succeeded else None
+    if args.json:
+        print_json({"run": message_dict(run), "comparison": message_dict(comparison) if comparison else None})
+    else:
+        print(run_report(run))
+        if comparison is not None:
+            print()
+            print(comparison_table(comparison))
+    if not succeeded:
+        reason = f": {run.error.message}" if run.error.message else ""
+        warn(f"error: {run.name} {enum_label(common_pb2.JobState, run.state)}{reason}")
+        return 1
+    return 0
+
+
+def _get(client: Client, args: argparse.Namespace) -> int:
+    if _is_run(args.name):
+        emit(args, client.scenarios.get_run(args.name), run_report)
+    else:
+        emit(args, client.scenarios.get(args.name), lambda s: scenarios_table([s]))
+    return 0
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.scenarios.list(), scenarios_table)
+    return 0
+
+
+def _runs(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.scenarios.list_runs(args.name), runs_table)
+    return 0
+
+
+def _delete(client: Client, args: argparse.Namespace) -> int:
+    client.scenarios.delete(args.name)
+    emit(args, scenario_pb2.DeleteScenarioResponse(), lambda _: f"deleted {args.name}")
+    return 0
+
+
+def _compare(client: Client, args: argparse.Namespace) -> int:
+    emit(args, client.scenarios.compare(args.runs, baseline=args.baseline), comparison_table)
+    return 0
+
+
+def _diagnose(client: Client, args: argparse.Namespace) -> int:
+    diagnosis = client.scenarios.diagnose(args.source, ports=args.port, start_ns=args.start, end_ns=args.end)
+    emit(args, diagnosis, findings_table)
+    return 0
+
+
+def register(root: argparse._SubParsersAction) -> None:
+    """Add `scenario` and its subcommands to the root parser's subcommands."""
+    scenario = root.add_parser("scenario", help="scenarios, runs, comparisons, diagnosis (orchestrator)")
+    scenario.description = "Scenarios compare load-balancing modes on one workload; runs simulate every mode."
+    group = subcommands(scenario, "scenario")
+
+    p = leaf(
+        group,
+        "create",
+        _create,
+        "create a scenario: a workload on a fabric under several load-balancing modes",
+        "Create a scenario.\n\n"
+        "example: fabrictwin scenario create --fabric ft8 --ranks 16 --placement scattered --size 256MiB \\\n"
+        "             --mode ecmp --mode adaptive --id ecmp-vs-ar",
+    )
+    add_workload_options(p, ["ecmp", "adaptive"])
+    p.add_argument("--id", default="", help="scenario id (scenarios/ID); generated if omitted")
+    p.add_argument("--display-name", default="", help="human-readable name")
+    p.add_argument(
+        "--store-telemetry", action="store_true", help="write each simulation's series to telemetry"
+    )
+
+    p = leaf(
+        group,
+        "run",
+        _run,
+        "run a scenario (one simulation per mode)",
+        "Start a run. With --wait, wait for it and print every mode's result and the comparison;\n"
+        'exit 1 if the run did not succeed. With --wait --json: {"run": Run, "comparison": Comparison}.',
+    )
+    p.add_argument("name", help="scenario (ID or scenarios/ID)")
+    p.add_argument("--id", default="", help="run id; generated if omitted")
+    p.add_argument("--wait", action="store_true", help="wait for the run and print the comparison")
+    p.add_argument("--wait-timeout", type=float, default=None, help="give up waiting after this many seconds")
+
+    leaf(group, "get", _get, "show a scenario, or a run (scenarios/S/runs/R) with its results").add_argument(
+        "name", help="scenario (ID or scenarios/ID) or run (scenarios/S/runs/R)"
+    )
+    leaf(group, "list", _list, "list scenarios")
+    leaf(group, "runs", _runs, "list the runs of a scenario (default: of every scenario)").add_argument(
+        "name", nargs="?", default="-", help="scenario (default '-': all)"
+    )
+    leaf(group, "delete", _delete, "delete a scenario and its runs").add_argument("name", help="scenario")
+    p = leaf(group, "compare", _compare, "compare the mode results of one or more runs side by side")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run (scenarios/S/runs/R); several allowed")
+    p.add_argument("--baseline", default="", help="label of the baseline row (default: the first)")
+    p = leaf(
+        group, "diagnose", _diagnose, "diagnose a telemetry source (ECMP pinning, lossy links, PFC, ...)"
+    )
+    p.add_argument("source", help="telemetry source (ID or sources/ID)")
+    p.add_argument("--port", action="append", default=[], help="port group to examine for skew; repeat")
+    p.add_argument("--start", type=duration_arg, default=0, help="window start (ns, or 10ms/2s)")
+    p.add_argument("--end", type=duration_arg, default=0, help="window end, exclusive (default: newest)")

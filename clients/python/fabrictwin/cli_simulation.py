@@ -1,0 +1,202 @@
+"""`fabrictwin simulate` and `fabrictwin simulation ...`: run collectives on a fabric and read results.
+
+The workload options (`--ranks`, `--placement`, `--size`, `--mode`, ...) are shared with
+`fabrictwin scenario create`, which imports them from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fabrictwin.cli_common import (
+    InputError,
+    choice,
+    emit,
+    emit_list,
+    leaf,
+    message_dict,
+    print_json,
+    size_arg,
+    subcommands,
+    warn,
+)
+from fabrictwin.client import Client
+from fabrictwin.format import format_percent, simulation_report, simulations_table
+from fabrictwin.names import enum_label
+from fabrictwin.specs import collective_job, load_balancing, simulation_spec
+from fabrictwin.tables import link_series_table
+from fabrictwin.v1 import common_pb2, simulation_pb2
+
+__all__ = ["add_workload_options", "job_from_args", "modes_from_args", "register"]
+
+
+def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[str]) -> None:
+    """The job and load-balancing options of `simulate` and `scenario create`."""
+    parser.add_argument("--fabric", required=True, help="fabric to run on (ID or fabrics/ID)")
+    parser.add_argument("--ranks", type=int, default=0, help="number of ranks, placed by --placement")
+    parser.add_argument(
+        "--hosts", default="", help="comma-separated host names, one per rank (instead of --ranks)"
+    )
+    parser.add_argument(
+        "--placement", **choice(simulation_pb2.PlacementPolicy), default="packed", help="rank placement"
+    )
+    parser.add_argument(
+        "--size", type=size_arg, required=True, help="message size S: 256MiB, 1GiB, 1e6, 4096"
+    )
+    parser.add_argument(
+        "--collective", **choice(simulation_pb2.Collective), default="all_reduce", help="collective operation"
+    )
+    parser.add_argument(
+        "--algorithm",
+        **choice(simulation_pb2.CollectiveAlgorithm),
+        default="ring",
+        help="collective algorithm",
+    )
+    parser.add_argument("--qps", type=int, default=0, help="queue pairs per connection (default 1)")
+    parser.add_argument("--iterations", type=int, default=0, help="back-to-back repetitions (default 1)")
+    parser.add_argument(
+        "--mode",
+        **choice(common_pb2.LoadBalancingMode),
+        action="append",
+        default=None,
+        help=f"load-balancing mode; repeat to compare several (default: {' '.join(default_modes)})",
+    )
+    parser.add_argument("--hash-seed", type=int, default=0, help="base seed of the ECMP hash")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of every random choice (runs are deterministic)"
+    )
+    parser.add_argument("--fidelity", **choice(simulation_pb2.Fidelity), default=None, help="default flow")
+    parser.add_argument(
+        "--transport", **choice(simulation_pb2.Transport), default=None, help="default rocev2"
+    )
+    parser.set_defaults(default_modes=default_modes)
+
+
+def job_from_args(args: argparse.Namespace) -> simulation_pb2.Job:
+    """The collective job the workload options describe."""
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if not hosts and args.ranks <= 0:
+        raise InputError("give --ranks N (placed by --placement) or --hosts H1,H2,...")
+    return collective_job(
+        ranks=0 if hosts else args.ranks,
+        hosts=hosts,
+        size=args.size,
+        collective=args.collective,
+        algorithm=args.algorithm,
+        placement=args.placement,
+        qps_per_connection=args.qps,
+        iterations=args.iterations,
+    )
+
+
+def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
+    """One LoadBalancing per --mode (duplicates dropped, order kept)."""
+    modes = list(dict.fromkeys(args.mode or args.default_modes))
+    return [load_balancing(mode, seed=args.hash_seed) for mode in modes]
+
+
+def _simulate(client: Client, args: argparse.Namespace) -> int:
+    job = job_from_args(args)
+    modes = modes_from_args(args)
+    started = []
+    for lb in modes:
+        label = enum_label(common_pb2.LoadBalancingMode, lb.mode).lower()
+        simulation_id = (
+            args.id if (args.id and len(modes) == 1) else (f"{args.id}-{label}" if args.id else "")
+        )
+        spec = simulation_spec(
+            args.fabric, [job], lb, fidelity=args.fidelity, transport=args.transport, seed=args.seed
+        )
+        started.append(client.simulations.start(spec, simulation_id=simulation_id))
+    if not args.wait:
+        emit_list(args, started, simulations_table)
+        return 0
+    finished = [client.simulations.wait(s.name, timeout=args.wait_timeout) for s in started]
+    if args.json:
+        print_json([message_dict(s) for s in finished])
+    else:
+        print("\n\n".join(simulation_report(s) for s in finished))
+    failed = [s for s in finished if s.state != common_pb2.JOB_STATE_SUCCEEDED]
+    for s in failed:
+        reason = f": {s.error.message}" if s.error.message else ""
+        warn(f"error: {s.name} {enum_label(common_pb2.JobState, s.state)}{reason}")
+    return 1 if failed else 0
+
+
+def _get(client: Client, args: argparse.Namespace) -> int:
+    emit(args, client.simulations.get(args.name), simulation_report)
+    return 0
+
+
+def _list(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.simulations.list(), simulations_table)
+    return 0
+
+
+def _cancel(client: Client, args: argparse.Namespace) -> int:
+    emit(args, client.simulations.cancel(args.name), simulation_report)
+    return 0
+
+
+def _series(client: Client, args: argparse.Namespace) -> int:
+    emit_list(args, client.simulations.link_series(args.name), link_series_table)
+    return 0
+
+
+def _watch(client: Client, args: argparse.Namespace) -> int:
+    last = None
+    for simulation in client.simulations.watch(args.name):
+        last = simulation
+        if args.json:
+            print(json.dumps(message_dict(simulation)), flush=True)
+        else:
+            state = enum_label(common_pb2.JobState, simulation.state)
+            progress = simulation.progress
+            print(
+                f"{simulation.name}  {state}  {format_percent(progress.fraction)}  {progress.stage}".rstrip(),
+                flush=True,
+            )
+    if last is not None and last.state != common_pb2.JOB_STATE_SUCCEEDED:
+        warn(
+            f"error: {last.name} {enum_label(common_pb2.JobState, last.state)} {last.error.message}".rstrip()
+        )
+        return 1
+    return 0
+
+
+def register(root: argparse._SubParsersAction) -> None:
+    """Add `simulate` and `simulation ...` to the root parser's subcommands."""
+    p = leaf(
+        root,
+        "simulate",
+        _simulate,
+        "simulate a collective on a fabric, one simulation per --mode",
+        "Start one simulation per load-balancing mode. With --wait, wait for them and print each job's\n"
+        "completion time, busbw and the leaf-spine uplink skew; exit 1 if any did not succeed.\n\n"
+        "example: fabrictwin simulate --fabric ft8 --ranks 16 --placement scattered --size 256MiB \\\n"
+        "             --mode ecmp --mode adaptive --wait",
+    )
+    add_workload_options(p, ["ecmp"])
+    p.add_argument(
+        "--id", default="", help="simulation id (with several modes: ID-<mode>); generated if omitted"
+    )
+    p.add_argument("--wait", action="store_true", help="wait for the results and print them")
+    p.add_argument("--wait-timeout", type=float, default=None, help="give up waiting after this many seconds")
+
+    simulation = root.add_parser("simulation", help="inspect simulations (simulator service)")
+    simulation.description = "Simulations: state, results, per-link series; cancel or watch one."
+    group = subcommands(simulation, "simulation")
+    leaf(group, "get", _get, "show one simulation and its results").add_argument(
+        "name", help="simulation (ID or simulations/ID)"
+    )
+    leaf(group, "list", _list, "list simulations, newest first")
+    leaf(group, "cancel", _cancel, "cancel a pending or running simulation").add_argument(
+        "name", help="simulation"
+    )
+    leaf(
+        group, "series", _series, "per-link time series of a finished simulation (summary per link)"
+    ).add_argument("name", help="simulation")
+    leaf(group, "watch", _watch, "follow a simulation's progress until it is done").add_argument(
+        "name", help="simulation"
+    )

@@ -1,0 +1,229 @@
+"""`client.fabrics`: build, import, inspect and change fabrics through the TopologyService.
+
+Names may be given short (`ft8`, `leaf-3`) or in full (`fabrics/ft8`, `fabrics/ft8/nodes/leaf-3`).
+List methods iterate over every page; watch streams until the caller stops iterating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from fabrictwin.connection import Connection
+from fabrictwin.names import enum_value, resource_name
+from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
+
+__all__ = ["FabricsApi"]
+
+EnumLike = int | str
+
+
+def _child_name(fabric: str, collection: str, value: str) -> str:
+    """`fabrics/{fabric}/{collection}/{value}` unless `value` is already a full name."""
+    if value.startswith("fabrics/"):
+        return value
+    return f"{resource_name('fabrics', fabric)}/{collection}/{value}"
+
+
+class FabricsApi:
+    """Fabrics, their nodes, links, routes and paths (TopologyService)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._stub = topology_pb2_grpc.TopologyServiceStub(connection.channel)
+
+    # -- creating -------------------------------------------------------------------------------
+
+    def create(
+        self,
+        spec: topology_pb2.FabricSpec,
+        *,
+        fabric_id: str = "",
+        display_name: str = "",
+        routing_engine: EnumLike | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> topology_pb2.Fabric:
+        """Build a fabric from any generator spec and route it; the server picks an id if none is given."""
+        request = topology_pb2.CreateFabricRequest(
+            fabric_id=fabric_id, display_name=display_name, spec=spec, labels=dict(labels or {})
+        )
+        if routing_engine is not None:
+            request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+        return self._connection.unary(self._stub.CreateFabric, request)
+
+    def create_fat_tree(
+        self,
+        k: int,
+        *,
+        fabric_id: str = "",
+        display_name: str = "",
+        link_speed_gbps: float = 0.0,
+        link_latency_ns: int = 0,
+        host_link_speed_gbps: float = 0.0,
+        routing_engine: EnumLike | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> topology_pb2.Fabric:
+        """A k-ary fat-tree (k even): k pods, (k/2)^2 core switches, k^3/4 hosts. 0 keeps server defaults.
+
+        >>> client.fabrics.create_fat_tree(8, fabric_id="ft8")  # doctest: +SKIP
+        """
+        spec = topology_pb2.FabricSpec(
+            fat_tree=topology_pb2.FatTreeSpec(k=k),
+            link_speed_gbps=link_speed_gbps,
+            link_latency_ns=link_latency_ns,
+            host_link_speed_gbps=host_link_speed_gbps,
+        )
+        return self.create(
+            spec, fabric_id=fabric_id, display_name=display_name, routing_engine=routing_engine, labels=labels
+        )
+
+    def create_leaf_spine(
+        self,
+        leaves: int,
+        spines: int,
+        hosts_per_leaf: int,
+        *,
+        parallel_links: int = 0,
+        fabric_id: str = "",
+        display_name: str = "",
+        link_speed_gbps: float = 0.0,
+        link_latency_ns: int = 0,
+        host_link_speed_gbps: float = 0.0,
+        routing_engine: EnumLike | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> topology_pb2.Fabric:
+        """A two-tier leaf-spine fabric; `parallel_links` cables between each leaf and spine (default 1)."""
+        spec = topology_pb2.FabricSpec(
+            leaf_spine=topology_pb2.LeafSpineSpec(
+                leaves=leaves, spines=spines, hosts_per_leaf=hosts_per_leaf, parallel_links=parallel_links
+            ),
+            link_speed_gbps=link_speed_gbps,
+            link_latency_ns=link_latency_ns,
+            host_link_speed_gbps=host_link_speed_gbps,
+        )
+        return self.create(
+            spec, fabric_id=fabric_id, display_name=display_name, routing_engine=routing_engine, labels=labels
+        )
+
+    def import_(
+        self,
+        format: EnumLike,
+        content: str,
+        *,
+        fabric_id: str = "",
+        display_name: str = "",
+        routing_engine: EnumLike | None = None,
+        default_link_speed_gbps: float = 0.0,
+        default_link_latency_ns: int = 0,
+    ) -> topology_pb2.Fabric:
+        """Import a dump (`format`: `ibnetdiscover`, `json`, `ns3_hpcc` or a TopologyFormat) and route it."""
+        request = topology_pb2.ImportFabricRequest(
+            fabric_id=fabric_id,
+            display_name=display_name,
+            format=enum_value(topology_pb2.TopologyFormat, format, "format"),
+            content=content,
+            default_link_speed_gbps=default_link_speed_gbps,
+            default_link_latency_ns=default_link_latency_ns,
+        )
+        if routing_engine is not None:
+            request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+        return self._connection.unary(self._stub.ImportFabric, request)
+
+    def export(self, name: str, format: EnumLike = "json") -> str:
+        """The fabric written in `format` (`json`, `node_link_json`, `ibnetdiscover`, ...)."""
+        request = topology_pb2.ExportFabricRequest(
+            name=resource_name("fabrics", name),
+            format=enum_value(topology_pb2.TopologyFormat, format, "format"),
+        )
+        return self._connection.unary(self._stub.ExportFabric, request).content
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get(self, name: str) -> topology_pb2.Fabric:
+        """One fabric."""
+        request = topology_pb2.GetFabricRequest(name=resource_name("fabrics", name))
+        return self._connection.unary(self._stub.GetFabric, request)
+
+    def list(self, *, page_size: int = 0) -> Iterator[topology_pb2.Fabric]:
+        """Every fabric, fetching pages of `page_size` (0: the server's default) as needed."""
+        request = topology_pb2.ListFabricsRequest(page_size=page_size)
+        return self._connection.pages(self._stub.ListFabrics, request, "fabrics")
+
+    def delete(self, name: str) -> None:
+        """Delete a fabric and its routes."""
+        request = topology_pb2.DeleteFabricRequest(name=resource_name("fabrics", name))
+        self._connection.unary(self._stub.DeleteFabric, request)
+
+    def nodes(
+        self, fabric: str, *, kind: EnumLike | None = None, page_size: int = 0
+    ) -> Iterator[topology_pb2.Node]:
+        """Every node of a fabric; `kind` (`host` or `switch`) filters."""
+        request = topology_pb2.ListNodesRequest(parent=resource_name("fabrics", fabric), page_size=page_size)
+        if kind is not None:
+            request.kind = enum_value(topology_pb2.NodeKind, kind, "kind")
+        return self._connection.pages(self._stub.ListNodes, request, "nodes")
+
+    def links(
+        self, fabric: str, *, state: EnumLike | None = None, page_size: int = 0
+    ) -> Iterator[topology_pb2.Link]:
+        """Every link of a fabric; `state` (`up`, `down`, `degraded`) filters."""
+        request = topology_pb2.ListLinksRequest(parent=resource_name("fabrics", fabric), page_size=page_size)
+        if state is not None:
+            request.state = enum_value(topology_pb2.LinkState, state, "state")
+        return self._connection.pages(self._stub.ListLinks, request, "links")
+
+    def link(self, fabric: str, link: str | int) -> topology_pb2.Link:
+        """One link, by index, display name or full name (`fabrics/f/links/12`)."""
+        request = topology_pb2.GetLinkRequest(name=_child_name(fabric, "links", str(link)))
+        return self._connection.unary(self._stub.GetLink, request)
+
+    def paths(
+        self, fabric: str, source: str, destination: str, *, max_paths: int = 0
+    ) -> topology_pb2.ListPathsResponse:
+        """The equal-cost paths the current routes give from host `source` to host `destination`."""
+        request = topology_pb2.ListPathsRequest(
+            parent=resource_name("fabrics", fabric),
+            source=source,
+            destination=destination,
+            max_paths=max_paths,
+        )
+        return self._connection.unary(self._stub.ListPaths, request)
+
+    def forwarding_table(self, fabric: str, switch: str) -> topology_pb2.ForwardingTable:
+        """The forwarding table of one switch (`leaf-3` or `fabrics/f/nodes/leaf-3`)."""
+        request = topology_pb2.GetForwardingTableRequest(name=_child_name(fabric, "nodes", switch))
+        return self._connection.unary(self._stub.GetForwardingTable, request)
+
+    def snapshot(self, name: str) -> topology_pb2.FabricSnapshot:
+        """The compact snapshot of a fabric and its routes (arrays; see fabrictwin.arrays to read them)."""
+        request = topology_pb2.GetFabricSnapshotRequest(name=resource_name("fabrics", name))
+        return self._connection.unary(self._stub.GetFabricSnapshot, request)
+
+    # -- changing -------------------------------------------------------------------------------
+
+    def set_link_state(
+        self, fabric: str, link: str | int, state: EnumLike, *, bit_error_rate: float = 0.0
+    ) -> topology_pb2.SetLinkStateResponse:
+        """Set a link `up`, `down` or `degraded` (with `bit_error_rate`) and reroute what must change.
+
+        `link` is an index, a display name or a full name (then `fabric` may be "").
+        """
+        request = topology_pb2.SetLinkStateRequest(
+            name=_child_name(fabric, "links", str(link)),
+            state=enum_value(topology_pb2.LinkState, state, "state"),
+            bit_error_rate=bit_error_rate,
+        )
+        return self._connection.unary(self._stub.SetLinkState, request)
+
+    def compute_routes(
+        self, name: str, *, routing_engine: EnumLike | None = None, lfts_dump: str = ""
+    ) -> topology_pb2.RoutingSummary:
+        """Recompute every forwarding table (with another engine if given; FILE needs `lfts_dump`)."""
+        request = topology_pb2.ComputeRoutesRequest(name=resource_name("fabrics", name), lfts_dump=lfts_dump)
+        if routing_engine is not None:
+            request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+        return self._connection.unary(self._stub.ComputeRoutes, request)
+
+    def watch(self, name: str) -> Iterator[topology_pb2.FabricEvent]:
+        """Fabric events (link changes, reroutes) as they happen; stop iterating to stop watching."""
+        request = topology_pb2.WatchFabricRequest(name=resource_name("fabrics", name))
+        return self._connection.server_stream(self._stub.WatchFabric, request, timeout=None)
