@@ -7,6 +7,7 @@ never builds a status by hand and a caller never sees a stack trace.
 from __future__ import annotations
 
 __all__ = [
+    "STATUS_CODES",
     "AlreadyExists",
     "FabricTwinError",
     "FailedPrecondition",
@@ -14,7 +15,34 @@ __all__ = [
     "NotFound",
     "ResourceExhausted",
     "Unavailable",
+    "status_code_number",
 ]
+
+# google.rpc.Code numbers by name, for ErrorStatus messages (without depending on googleapis protos).
+STATUS_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "DATA_LOSS": 15,
+    "UNAUTHENTICATED": 16,
+}
+
+
+def status_code_number(name: str) -> int:
+    """The canonical number of a status code name; unknown names are INTERNAL (13)."""
+    return STATUS_CODES.get(name, STATUS_CODES["INTERNAL"])
 
 
 class FabricTwinError(Exception):

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
 
-from services.common.errors import FabricTwinError
+from services.common.errors import FabricTwinError, status_code_number
 from services.orchestrator.peers import SimulatorPeer, TelemetryPeer
 from services.orchestrator.scenarios import PlannedSimulation
 
@@ -58,20 +58,8 @@ async def _one(
         _fill_result(result, simulation)
     except FabricTwinError as exc:
         result.state = common_pb2.JOB_STATE_FAILED
-        result.error.CopyFrom(common_pb2.ErrorStatus(code=_code_number(exc.code), message=str(exc)))
+        result.error.CopyFrom(common_pb2.ErrorStatus(code=status_code_number(exc.code), message=str(exc)))
     await changed()
-
-
-def _code_number(name: str) -> int:
-    numbers = {
-        "INVALID_ARGUMENT": 3,
-        "NOT_FOUND": 5,
-        "ALREADY_EXISTS": 6,
-        "FAILED_PRECONDITION": 9,
-        "RESOURCE_EXHAUSTED": 8,
-        "UNAVAILABLE": 14,
-    }
-    return numbers.get(name, 13)
 
 
 async def execute_run(

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from fabrictwin.v1 import common_pb2, scenario_pb2, scenario_pb2_grpc, telemetry_pb2
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, status_code_number
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -65,7 +65,8 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
             run.state = common_pb2.JOB_STATE_FAILED
             run.error.CopyFrom(
                 common_pb2.ErrorStatus(
-                    code=10, message="the orchestrator restarted while this run was in progress"
+                    code=status_code_number("ABORTED"),
+                    message="the orchestrator restarted while this run was in progress",
                 )
             )
             await asyncio.to_thread(self.store.save_run, run_id, run)

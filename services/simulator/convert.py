@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from fabrictwin.v1 import common_pb2, simulation_pb2
-from google.rpc import code_pb2
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, status_code_number
 from services.simulator import spec as domain
 from services.simulator.registry import SimulationRecord
 from services.simulator.results import SimulationOutcome
@@ -226,7 +225,7 @@ def record_to_proto(record: SimulationRecord, with_flows: bool = False) -> simul
         message.end_time.FromDatetime(record.end_time)
     if record.error_code:
         message.error.CopyFrom(
-            common_pb2.ErrorStatus(code=code_pb2.Code.Value(record.error_code), message=record.error_message)
+            common_pb2.ErrorStatus(code=status_code_number(record.error_code), message=record.error_message)
         )
     if record.outcome is not None:
         message.result.CopyFrom(result_to_proto(record.outcome, with_flows))
