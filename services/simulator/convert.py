@@ -94,6 +94,7 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
             hash_destination_qp=lb.hash_destination_qp,
             flowlet_gap_ns=lb.flowlet_gap_ns,
             label=lb.label,
+            spray_random=lb.spray_random,
         )
     return domain.SimulationSpec(
         fabric=message.fabric,
@@ -116,6 +117,7 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
             domain.Transport.ROCEV2,
         ),
         mtu_bytes=message.mtu_bytes or 4096,
+        buffer_bytes=message.buffer_bytes,
         switch_latency_ns=message.switch_latency_ns,
         sample_interval_ns=message.sample_interval_ns,
         seed=message.seed,
@@ -182,6 +184,10 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
                 peak_utilisation=float(channels.peak_utilisation[i]),
                 tier=int(channels.tier[i]),
                 flows=int(channels.flows[i]),
+                drops=int(channels.drops[i]) if channels.drops is not None else 0,
+                peak_queue_bytes=int(channels.peak_queue_bytes[i])
+                if channels.peak_queue_bytes is not None
+                else 0,
             )
             for i, c in enumerate(channels.channels)
         ],
@@ -198,6 +204,9 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
         wall_seconds=outcome.wall_seconds,
         sample_interval_ns=outcome.sample_interval_ns,
         model_notes=notes,
+        drops=outcome.packets.dropped if outcome.packets else 0,
+        retransmitted_packets=outcome.packets.retransmitted if outcome.packets else 0,
+        reorder_buffer_peak_bytes=outcome.packets.reorder_peak_bytes if outcome.packets else 0,
     )
 
 
@@ -245,6 +254,13 @@ def series_to_protos(
             interval_ns=series.interval_ns,
             bytes=series.bytes[i].tolist(),
             utilisation=series.utilisation[i].tolist(),
+            mean_queue_bytes=series.mean_queue_bytes[i].tolist()
+            if series.mean_queue_bytes is not None
+            else [],
+            peak_queue_bytes=series.peak_queue_bytes[i].tolist()
+            if series.peak_queue_bytes is not None
+            else [],
+            drops=series.drops[i].tolist() if series.drops is not None else [],
         )
         for i in range(start, min(stop, len(series.channels)))
     ]

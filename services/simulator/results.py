@@ -27,6 +27,7 @@ __all__ = [
     "ChannelTotals",
     "FlowOutcomes",
     "JobOutcome",
+    "PacketStats",
     "SimulationOutcome",
     "UtilisationSkew",
     "bus_factor",
@@ -78,6 +79,8 @@ class ChannelTotals:
     peak_utilisation: np.ndarray  # float64 [C], over sample intervals
     tier: np.ndarray  # int32 [C]
     flows: np.ndarray  # int32 [C], flows crossing it
+    drops: np.ndarray | None = None  # int64 [C], packets (PACKET fidelity)
+    peak_queue_bytes: np.ndarray | None = None  # int64 [C] (PACKET fidelity)
 
 
 @dataclasses.dataclass
@@ -113,6 +116,22 @@ class SimulationOutcome:
     wall_seconds: float
     sample_interval_ns: int
     model_notes: list[str]
+    packets: PacketStats | None = None  # PACKET fidelity only
+
+
+@dataclasses.dataclass
+class PacketStats:
+    """What only a packet-level run can tell."""
+
+    injected: int
+    delivered: int
+    dropped: int
+    retransmitted: int
+    peak_in_flight: int
+    out_of_order: int
+    reorder_peak_bytes: int
+    reorder_overflow: int
+    reorder_histogram: list[int]  # deliveries that saw k packets held in the reorder buffer
 
 
 def bus_factor(collective: Collective, ranks: int) -> float:
@@ -136,7 +155,12 @@ def _host_rates(snapshot: FabricSnapshot) -> tuple[np.ndarray, np.ndarray]:
 
 
 def ideal_completion_ns(
-    plan: JobPlan, workload: Workload, job_index: int, flow_latency_ns: np.ndarray, snapshot: FabricSnapshot
+    plan: JobPlan,
+    workload: Workload,
+    job_index: int,
+    flow_latency_ns: np.ndarray,
+    snapshot: FabricSnapshot,
+    payload_fraction: float = 1.0,
 ) -> int:
     """Closed-form completion on a non-blocking fabric at the hosts' link rates.
 
@@ -145,8 +169,11 @@ def ideal_completion_ns(
     latencies (R the slowest rank link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
     Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency))
     and each host's total bytes over its link rate.
+    `payload_fraction` scales the link rate to the payload rate (PACKET fidelity: payload share of
+    the wire bytes of a full packet).
     """
     up, down = _host_rates(snapshot)
+    up, down = up * payload_fraction, down * payload_fraction
     mine = workload.flow_job == job_index
     source, destination = workload.flow_source[mine], workload.flow_destination[mine]
     sizes, latency = workload.flow_size_bytes[mine].astype(np.float64), flow_latency_ns[mine]

@@ -17,6 +17,7 @@ import numpy as np
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.flow_model import Cancelled, FlowRun, simulate_flows
+from services.simulator.packet.outcome import run_packet_simulation
 from services.simulator.paths import FlowRoutes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
@@ -28,7 +29,7 @@ from services.simulator.results import (
     uplink_skew,
 )
 from services.simulator.series import channel_series, default_sample_interval_ns
-from services.simulator.spec import LoadBalancingMode, SimulationSpec, Transport, validate_spec
+from services.simulator.spec import Fidelity, LoadBalancingMode, SimulationSpec, Transport, validate_spec
 from services.simulator.workload import Workload, build_workload
 
 __all__ = ["WorkerFailure", "model_notes", "run_in_worker", "run_simulation"]
@@ -113,6 +114,8 @@ def run_simulation(
         spec = SimulationSpec.from_dict(spec)
     validate_spec(spec)
     assert spec.load_balancing is not None
+    if spec.fidelity == Fidelity.PACKET:
+        return run_packet_simulation(spec, snapshot, progress)
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
     run = simulate_flows(

@@ -30,6 +30,10 @@ class ChannelSeries:
     interval_ns: int
     bytes: np.ndarray  # int64 [C, B]
     utilisation: np.ndarray  # float64 [C, B], 0..1
+    # PACKET fidelity only (None at FLOW fidelity, which has no queues):
+    mean_queue_bytes: np.ndarray | None = None  # float64 [C, B]
+    peak_queue_bytes: np.ndarray | None = None  # int64 [C, B]
+    drops: np.ndarray | None = None  # int64 [C, B], packets
 
     @property
     def total_bytes(self) -> np.ndarray:
@@ -41,13 +45,23 @@ class ChannelSeries:
         A live cluster reports counters for every port, busy or not; telemetry of a simulated run
         does the same, so that "idle links next to hot ones" is visible in either.
         """
-        bins = self.bytes.shape[1]
-        data = np.zeros((num_channels, bins), dtype=self.bytes.dtype)
-        utilisation = np.zeros((num_channels, bins), dtype=np.float64)
-        data[self.channels] = self.bytes
-        utilisation[self.channels] = self.utilisation
+
+        def spread(values: np.ndarray | None) -> np.ndarray | None:
+            if values is None:
+                return None
+            full = np.zeros((num_channels, values.shape[1]), dtype=values.dtype)
+            full[self.channels] = values
+            return full
+
         return ChannelSeries(
-            np.arange(num_channels, dtype=np.int32), self.start_ns, self.interval_ns, data, utilisation
+            np.arange(num_channels, dtype=np.int32),
+            self.start_ns,
+            self.interval_ns,
+            spread(self.bytes),
+            spread(self.utilisation),
+            spread(self.mean_queue_bytes),
+            spread(self.peak_queue_bytes),
+            spread(self.drops),
         )
 
 

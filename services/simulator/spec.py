@@ -116,6 +116,7 @@ class LoadBalancingSpec:
     hash_destination_qp: bool = False
     flowlet_gap_ns: int = 0
     label: str = ""
+    spray_random: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +129,7 @@ class SimulationSpec:
     fidelity: Fidelity = Fidelity.FLOW
     transport: Transport = Transport.ROCEV2
     mtu_bytes: int = 4096
+    buffer_bytes: int = 0  # per switch output port; 0: DEFAULT_BUFFER_BYTES (PACKET fidelity)
     switch_latency_ns: int = 0
     sample_interval_ns: int = 0
     seed: int = 0
@@ -219,17 +221,21 @@ def validate_spec(spec: SimulationSpec) -> None:
     """Checks that need no fabric; raises InvalidArgument naming the field (relative to the spec)."""
     if not spec.fabric:
         raise InvalidArgument("fabric", "is required (fabrics/{fabric})")
-    if spec.fidelity == Fidelity.PACKET:
-        raise InvalidArgument("fidelity", "PACKET fidelity arrives with the packet-engine issue; use FLOW")
     if spec.load_balancing is None or spec.load_balancing.mode is None:
         raise InvalidArgument("load_balancing.mode", "is required (ECMP, ADAPTIVE, SPRAY or FLOWLET)")
-    if spec.load_balancing.mode == LoadBalancingMode.FLOWLET:
+    if spec.load_balancing.mode == LoadBalancingMode.FLOWLET and spec.fidelity != Fidelity.PACKET:
         raise InvalidArgument("load_balancing.mode", "FLOWLET needs PACKET fidelity")
+    if spec.mtu_bytes <= 0:
+        raise InvalidArgument("mtu_bytes", f"must be positive, got {spec.mtu_bytes}")
+    if spec.fidelity == Fidelity.PACKET and spec.buffer_bytes and spec.buffer_bytes < spec.mtu_bytes:
+        raise InvalidArgument(
+            "buffer_bytes", f"{spec.buffer_bytes} cannot hold one packet of mtu_bytes={spec.mtu_bytes}"
+        )
     if not spec.jobs:
         raise InvalidArgument("jobs", "at least one job is required")
     if spec.fault_count:
         raise InvalidArgument("faults", "fault injection is not supported at FLOW fidelity yet")
-    for name in ("switch_latency_ns", "sample_interval_ns", "time_limit_ns", "mtu_bytes", "seed"):
+    for name in ("switch_latency_ns", "sample_interval_ns", "time_limit_ns", "buffer_bytes", "seed"):
         if getattr(spec, name) < 0:
             raise InvalidArgument(name, f"must not be negative, got {getattr(spec, name)}")
     for i, job in enumerate(spec.jobs):

@@ -32,7 +32,8 @@ def ring(n=8, size=1 << 22, **job):
         (dict(jobs=[ring(size=0)]), "jobs[0].size_bytes"),
         (dict(load_balancing=dict(mode=None)), "load_balancing.mode"),
         (dict(load_balancing=dict(mode="FLOWLET")), "load_balancing.mode"),
-        (dict(fidelity="PACKET"), "fidelity"),
+        (dict(fidelity="PACKET", mtu_bytes=0), "mtu_bytes"),
+        (dict(fidelity="PACKET", buffer_bytes=100), "buffer_bytes"),
         (dict(fault_count=1), "faults"),
         (dict(jobs=[ring(n=1)]), "jobs[0].rank_count"),
         (dict(jobs=[ring(), ring(label="job-0")]), "jobs"),
@@ -44,11 +45,9 @@ def test_invalid_specs_name_the_field(changes, field):
     assert caught.value.field == field
 
 
-def test_flowlet_and_packet_fidelity_say_what_they_need():
+def test_flowlet_says_it_needs_packet_fidelity():
     with pytest.raises(InvalidArgument, match="FLOWLET needs PACKET fidelity"):
         run_simulation(spec(load_balancing=dict(mode="FLOWLET")), FABRIC)
-    with pytest.raises(InvalidArgument, match="arrives with the packet-engine issue; use FLOW"):
-        run_simulation(spec(fidelity="PACKET"), FABRIC)
 
 
 def test_series_add_up_to_the_channel_totals_and_each_rank_sends_its_share():

@@ -149,7 +149,11 @@ def with_size(size):
         (without_mode(), grpc.StatusCode.INVALID_ARGUMENT, "spec.load_balancing.mode"),
         (with_hosts("host-0", "host-404"), grpc.StatusCode.INVALID_ARGUMENT, "host-404"),
         (ring_spec(fabric="fabrics/nowhere"), grpc.StatusCode.NOT_FOUND, "spec.fabric"),
-        (ring_spec(fidelity=S.FIDELITY_PACKET), grpc.StatusCode.INVALID_ARGUMENT, "spec.fidelity"),
+        (
+            ring_spec(fidelity=S.FIDELITY_PACKET, mtu_bytes=4096, buffer_bytes=100),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.buffer_bytes",
+        ),
         (
             ring_spec(mode=common_pb2.LOAD_BALANCING_MODE_FLOWLET),
             grpc.StatusCode.INVALID_ARGUMENT,

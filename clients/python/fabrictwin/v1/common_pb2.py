@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x61\x62rictwin/v1/common.proto\x12\rfabrictwin.v1\":\n\x0cNumericArray\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"-\n\tTimeRange\x12\x10\n\x08start_ns\x18\x01 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x02 \x01(\x03\"+\n\x08Progress\x12\x10\n\x08\x66raction\x18\x01 \x01(\x01\x12\r\n\x05stage\x18\x02 \x01(\t\",\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xdb\x01\n\rLoadBalancing\x12.\n\x04mode\x18\x01 \x01(\x0e\x32 .fabrictwin.v1.LoadBalancingMode\x12*\n\tecmp_hash\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.EcmpHash\x12\x1c\n\x14same_seed_everywhere\x18\x03 \x01(\x08\x12\x0c\n\x04seed\x18\x04 \x01(\r\x12\x1b\n\x13hash_destination_qp\x18\x05 \x01(\x08\x12\x16\n\x0e\x66lowlet_gap_ns\x18\x06 \x01(\x03\x12\r\n\x05label\x18\x07 \x01(\t*\x9b\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05*\xb8\x01\n\x11LoadBalancingMode\x12#\n\x1fLOAD_BALANCING_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18LOAD_BALANCING_MODE_ECMP\x10\x01\x12 \n\x1cLOAD_BALANCING_MODE_ADAPTIVE\x10\x02\x12\x1d\n\x19LOAD_BALANCING_MODE_SPRAY\x10\x03\x12\x1f\n\x1bLOAD_BALANCING_MODE_FLOWLET\x10\x04*Q\n\x08\x45\x63mpHash\x12\x19\n\x15\x45\x43MP_HASH_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45\x43MP_HASH_CRC32\x10\x01\x12\x15\n\x11\x45\x43MP_HASH_MURMUR3\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x66\x61\x62rictwin/v1/common.proto\x12\rfabrictwin.v1\":\n\x0cNumericArray\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"-\n\tTimeRange\x12\x10\n\x08start_ns\x18\x01 \x01(\x03\x12\x0e\n\x06\x65nd_ns\x18\x02 \x01(\x03\"+\n\x08Progress\x12\x10\n\x08\x66raction\x18\x01 \x01(\x01\x12\r\n\x05stage\x18\x02 \x01(\t\",\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xf1\x01\n\rLoadBalancing\x12.\n\x04mode\x18\x01 \x01(\x0e\x32 .fabrictwin.v1.LoadBalancingMode\x12*\n\tecmp_hash\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.EcmpHash\x12\x1c\n\x14same_seed_everywhere\x18\x03 \x01(\x08\x12\x0c\n\x04seed\x18\x04 \x01(\r\x12\x1b\n\x13hash_destination_qp\x18\x05 \x01(\x08\x12\x16\n\x0e\x66lowlet_gap_ns\x18\x06 \x01(\x03\x12\r\n\x05label\x18\x07 \x01(\t\x12\x14\n\x0cspray_random\x18\x08 \x01(\x08*\x9b\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATE_PENDING\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05*\xb8\x01\n\x11LoadBalancingMode\x12#\n\x1fLOAD_BALANCING_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18LOAD_BALANCING_MODE_ECMP\x10\x01\x12 \n\x1cLOAD_BALANCING_MODE_ADAPTIVE\x10\x02\x12\x1d\n\x19LOAD_BALANCING_MODE_SPRAY\x10\x03\x12\x1f\n\x1bLOAD_BALANCING_MODE_FLOWLET\x10\x04*Q\n\x08\x45\x63mpHash\x12\x19\n\x15\x45\x43MP_HASH_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45\x43MP_HASH_CRC32\x10\x01\x12\x15\n\x11\x45\x43MP_HASH_MURMUR3\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fabrictwin.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=466
-  _globals['_JOBSTATE']._serialized_end=621
-  _globals['_LOADBALANCINGMODE']._serialized_start=624
-  _globals['_LOADBALANCINGMODE']._serialized_end=808
-  _globals['_ECMPHASH']._serialized_start=810
-  _globals['_ECMPHASH']._serialized_end=891
+  _globals['_JOBSTATE']._serialized_start=488
+  _globals['_JOBSTATE']._serialized_end=643
+  _globals['_LOADBALANCINGMODE']._serialized_start=646
+  _globals['_LOADBALANCINGMODE']._serialized_end=830
+  _globals['_ECMPHASH']._serialized_start=832
+  _globals['_ECMPHASH']._serialized_end=913
   _globals['_NUMERICARRAY']._serialized_start=45
   _globals['_NUMERICARRAY']._serialized_end=103
   _globals['_TIMERANGE']._serialized_start=105
@@ -46,5 +46,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERRORSTATUS']._serialized_start=197
   _globals['_ERRORSTATUS']._serialized_end=241
   _globals['_LOADBALANCING']._serialized_start=244
-  _globals['_LOADBALANCING']._serialized_end=463
+  _globals['_LOADBALANCING']._serialized_end=485
 # @@protoc_insertion_point(module_scope)

@@ -246,6 +246,7 @@ class LoadBalancing(_message.Message):
     HASH_DESTINATION_QP_FIELD_NUMBER: _builtins.int
     FLOWLET_GAP_NS_FIELD_NUMBER: _builtins.int
     LABEL_FIELD_NUMBER: _builtins.int
+    SPRAY_RANDOM_FIELD_NUMBER: _builtins.int
     mode: Global___LoadBalancingMode.ValueType
     """The mode; required."""
     ecmp_hash: Global___EcmpHash.ValueType
@@ -262,6 +263,10 @@ class LoadBalancing(_message.Message):
     """FLOWLET only: idle gap after which a flow may change path."""
     label: _builtins.str
     """Optional label used in comparisons; defaults to the mode name."""
+    spray_random: _builtins.bool
+    """SPRAY only: pick each packet's port by a seeded uniform draw (as ns-3's RandomEcmpRouting)
+    instead of the default round-robin over each (switch, destination) group.
+    """
     def __init__(
         self,
         *,
@@ -272,10 +277,11 @@ class LoadBalancing(_message.Message):
         hash_destination_qp: _builtins.bool = ...,
         flowlet_gap_ns: _builtins.int = ...,
         label: _builtins.str = ...,
+        spray_random: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecmp_hash", b"ecmp_hash", "flowlet_gap_ns", b"flowlet_gap_ns", "hash_destination_qp", b"hash_destination_qp", "label", b"label", "mode", b"mode", "same_seed_everywhere", b"same_seed_everywhere", "seed", b"seed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecmp_hash", b"ecmp_hash", "flowlet_gap_ns", b"flowlet_gap_ns", "hash_destination_qp", b"hash_destination_qp", "label", b"label", "mode", b"mode", "same_seed_everywhere", b"same_seed_everywhere", "seed", b"seed", "spray_random", b"spray_random"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

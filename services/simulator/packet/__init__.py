@@ -1,0 +1,1 @@
+"""PACKET fidelity: a compiled discrete-event engine over numpy arrays (numba)."""

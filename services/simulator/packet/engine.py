@@ -1,0 +1,401 @@
+"""PACKET fidelity: builds the engine's arrays from a snapshot and a workload, runs the compiled loop
+in slices (progress, cancellation, growing arrays), and returns what happened as arrays.
+
+Memory follows the packets in flight, not the packets of the run: packet slots, reorder windows and
+the event heap start small and double when the loop asks; flows are arrays of the workload's size;
+the per-channel series have at most `MAX_BINS` columns (the interval doubles, merging columns, when
+a run outlasts them) unless the caller fixed the interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.snapshot import FabricSnapshot
+from services.simulator.flow_model import Cancelled
+from services.simulator.packet import layout as L
+from services.simulator.packet.loop import run_events
+from services.simulator.paths import FlowRoutes, _Walker
+from services.simulator.spec import LoadBalancingMode
+from services.simulator.workload import Workload
+
+__all__ = ["MAX_BINS", "PacketEngineConfig", "PacketRun", "simulate_packets"]
+
+MAX_BINS = 512
+_NODE_KIND_SWITCH = 2
+_MODES = {
+    LoadBalancingMode.ECMP: L.MODE_ECMP,
+    LoadBalancingMode.ADAPTIVE: L.MODE_ADAPTIVE,
+    LoadBalancingMode.SPRAY: L.MODE_SPRAY,
+    LoadBalancingMode.FLOWLET: L.MODE_FLOWLET,
+}
+_BUDGET = 2_000_000  # events between progress reports
+_ROB_WORDS = 8  # reorder window: 512 packets per flow
+_MAX_SERIES_BYTES = 2 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class PacketEngineConfig:
+    """Packet-level parameters of one run."""
+
+    mode: LoadBalancingMode
+    spray_random: bool
+    mtu_bytes: int
+    header_bytes: int
+    buffer_bytes: int
+    switch_latency_ns: int
+    seed: int
+    flowlet_gap_ns: int = 0
+    sample_interval_ns: int = 0  # 0: chosen by the engine (at most MAX_BINS intervals)
+    time_limit_ns: int = 0
+    expected_end_ns: int = 0  # a guess of the run's length, to size the series
+
+
+@dataclasses.dataclass
+class PacketRun:
+    """What the packet engine produced (times in ns)."""
+
+    end_ns: int
+    time_limited: bool
+    flow_start_ns: np.ndarray  # int64 [F], -1 never started
+    flow_finish_ns: np.ndarray  # int64 [F], -1 unfinished
+    flow_lost_bytes: np.ndarray  # int64 [F]
+    interval_ns: int
+    channel_bytes: np.ndarray  # float64 [C, B] wire bytes per interval
+    channel_mean_queue: np.ndarray  # float64 [C, B] bytes
+    channel_peak_queue: np.ndarray  # int64 [C, B] bytes
+    channel_drops: np.ndarray  # int64 [C, B] packets
+    channel_tx_bytes: np.ndarray  # int64 [C] wire bytes
+    channel_tx_packets: np.ndarray  # int64 [C]
+    channel_peak_queue_total: np.ndarray  # int64 [C]
+    channel_drops_total: np.ndarray  # int64 [C]
+    events: int
+    packets_injected: int
+    packets_delivered: int
+    packets_dropped: int
+    delivered_payload_bytes: int
+    peak_packets_in_flight: int
+    out_of_order_packets: int
+    reorder_overflow_packets: int
+    reorder_peak_bytes: int
+    reorder_histogram: np.ndarray  # int64 [64]: deliveries seen with k packets held (last bin: >=63)
+
+
+class _Arrays:
+    """The loop's arguments; `grow_*` double what the loop asked for."""
+
+    def __init__(
+        self,
+        snapshot: FabricSnapshot,
+        workload: Workload,
+        routes: FlowRoutes,
+        flow_route: np.ndarray,
+        config: PacketEngineConfig,
+        interval_ps: int,
+    ) -> None:
+        walker = _Walker(snapshot, config.switch_latency_ns)
+        n_nodes, n_ch = snapshot.num_nodes, snapshot.num_channels
+        flows = workload.flow_count
+        destinations, dest_slot = np.unique(workload.flow_destination, return_inverse=True)
+        self.num_dest = len(destinations)
+        # Equal-cost groups of every (node, destination slot), DOWN channels already removed.
+        node_of = np.repeat(np.arange(n_nodes, dtype=np.int64), self.num_dest)
+        dest_of = np.tile(destinations.astype(np.int64), n_nodes)
+        start, size = walker.groups(node_of, dest_of)
+        self.g_off = np.zeros(len(size) + 1, dtype=np.int64)
+        np.cumsum(size, out=self.g_off[1:])
+        member = np.arange(self.g_off[-1]) - np.repeat(self.g_off[:-1], size)
+        self.g_ch = walker.channels[np.repeat(start, size) + member].astype(np.int32)
+        self.g_next = np.zeros(len(size), dtype=np.int32)  # round-robin position of each group
+
+        rate = snapshot.channel_rate_bps().astype(np.float64)
+        target = snapshot.channel_target()
+        is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
+        source = snapshot.channel_source()
+        self.ch_target = target.astype(np.int32)
+        self.ch_ps_per_byte = 8e12 / rate
+        self.ch_delay_ps = (
+            np.repeat(snapshot.link_latency_ns.astype(np.int64), 2)
+            + np.where(is_switch[target], config.switch_latency_ns, 0)
+        ) * 1000
+        self.ch_from_host = (~is_switch[source]).astype(np.uint8)
+        # NIC uplinks pull from their flows; they never queue, so they never drop.
+        self.ch_buffer = np.where(self.ch_from_host == 1, np.iinfo(np.int64).max, config.buffer_bytes)
+        self.ch_busy = np.zeros(n_ch, dtype=np.uint8)
+        self.q_head = np.full(n_ch, -1, dtype=np.int32)
+        self.q_tail = np.full(n_ch, -1, dtype=np.int32)
+        self.q_bytes = np.zeros(n_ch, dtype=np.int64)
+        self.q_last = np.zeros(n_ch, dtype=np.int64)
+        self.ch_tx_bytes = np.zeros(n_ch, dtype=np.int64)
+        self.ch_tx_packets = np.zeros(n_ch, dtype=np.int64)
+        self.ch_drops = np.zeros(n_ch, dtype=np.int64)
+        self.ch_peak_q = np.zeros(n_ch, dtype=np.int64)
+        self.ch_rr = np.full(n_ch, -1, dtype=np.int32)
+        bins = MAX_BINS
+        if config.sample_interval_ns and config.expected_end_ns:
+            bins = max(16, int(2 * config.expected_end_ns * 1000 // interval_ps) + 2)
+        self._alloc_series(n_ch, bins)
+
+        # Flows.
+        self.f_dst_node = snapshot.host_nodes[workload.flow_destination].astype(np.int32)
+        self.f_dst_slot = dest_slot.astype(np.int32).reshape(-1)
+        self.f_size = workload.flow_size_bytes.astype(np.int64)
+        self.f_sent = np.zeros(flows, dtype=np.int64)
+        self.f_recv = np.zeros(flows, dtype=np.int64)
+        self.f_lost = np.zeros(flows, dtype=np.int64)
+        self.f_next_seq = np.zeros(flows, dtype=np.int64)
+        self.f_start = np.full(flows, -1, dtype=np.int64)
+        self.f_finish = np.full(flows, -1, dtype=np.int64)
+        self.f_transfer = np.repeat(
+            np.arange(workload.transfer_count, dtype=np.int32), np.diff(workload.transfer_flow_offsets)
+        )
+        # ECMP: each flow's pinned path (hop h is the h-th channel); other modes use only hop 0.
+        self.f_path_off = routes.offsets[flow_route].astype(np.int64)
+        self.path_ch = routes.channels.astype(np.int32)
+        if config.mode == LoadBalancingMode.ECMP:
+            self.f_first_ch = self.path_ch[self.f_path_off]
+        else:  # a QP is bound to one NIC port: the LFT choice toward its destination
+            host_key = (
+                snapshot.host_nodes[workload.flow_source].astype(np.int64) * self.num_dest + self.f_dst_slot
+            )
+            if (self.g_off[host_key + 1] == self.g_off[host_key]).any():
+                raise FailedPrecondition("a source host has no route to its destination (all uplinks down)")
+            self.f_first_ch = self.g_ch[self.g_off[host_key]]
+        self.f_first_ch = self.f_first_ch.astype(np.int32)
+        self.act_next = np.full(flows, -1, dtype=np.int32)
+        self.act_prev = np.full(flows, -1, dtype=np.int32)
+        self.f_rob_slot = np.full(flows, -1, dtype=np.int32)
+        self.f_rob_bytes = np.zeros(flows, dtype=np.int64)
+        self.max_hops = 2 * max(4, int(snapshot.node_tier.max(initial=0)) + 2) + 2
+        self._alloc_slots(256)
+        self.rob_hist = np.zeros(64, dtype=np.int64)
+
+        # Transfers.
+        self.t_pending = workload.transfer_prerequisites.astype(np.int32).copy()
+        self.t_release = workload.transfer_release_ns.astype(np.int64) * 1000
+        self.t_flow_off = workload.transfer_flow_offsets.astype(np.int64)
+        per_transfer = np.diff(self.t_flow_off).astype(np.int32)
+        self.t_unsent = per_transfer.copy()
+        self.t_unarrived = per_transfer.copy()
+        self.dep_off = workload.dependent_offsets.astype(np.int64)
+        self.dep = workload.dependents.astype(np.int32)
+        self.dep_arrival = workload.dependent_needs_arrival.astype(np.uint8)
+
+        self._alloc_packets(4096)
+        self._alloc_heap(max(4096, 4 * workload.transfer_count + 1024))
+        self.sc = np.zeros(L.SC_SIZE, dtype=np.int64)
+        self.sc[L.SC_FREE], self.sc[L.SC_FREE_COUNT] = 0, len(self.p_flow)
+        self.sc[L.SC_ROB_FREE], self.sc[L.SC_ROB_FREE_COUNT] = 0, len(self.rob_next)
+        self.pr = np.zeros(L.PR_SIZE, dtype=np.int64)
+        self.pr[L.PR_MODE] = _MODES[config.mode]
+        if config.mode == LoadBalancingMode.SPRAY and config.spray_random:
+            self.pr[L.PR_MODE] = L.MODE_SPRAY_RANDOM
+        self.pr[L.PR_MTU] = config.mtu_bytes
+        self.pr[L.PR_HEADER] = config.header_bytes
+        self.pr[L.PR_INTERVAL] = interval_ps
+        self.pr[L.PR_BINS] = self.s_bytes.shape[1]
+        self.pr[L.PR_FLOWLET_GAP] = config.flowlet_gap_ns * 1000
+        self.pr[L.PR_MAX_HOPS] = self.max_hops
+        self.pr[L.PR_STOP] = config.time_limit_ns * 1000
+        self.pr[L.PR_BUDGET] = _BUDGET
+        self.pr[L.PR_ROB_WORDS] = _ROB_WORDS
+        self.pr[L.PR_MAX_TX] = int(
+            np.ceil((config.mtu_bytes + config.header_bytes) * self.ch_ps_per_byte.max())
+        )
+        self.pr[L.PR_MAX_FLOWS_PER_TRANSFER] = int(per_transfer.max(initial=1))
+        self.pr[L.PR_MAX_DEPENDENTS] = int(np.diff(self.dep_off).max(initial=1))
+        self.rng = np.array(
+            [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
+        )
+        # The first events: transfers with no prerequisite, at their release time.
+        ready = np.flatnonzero(self.t_pending == 0)
+        for t in ready:
+            self._push(int(self.t_release[t]), L.EV_RELEASE, int(t))
+
+    # -- allocation and growth ---------------------------------------------------------------------
+    def _alloc_series(self, channels: int, bins: int) -> None:
+        if channels * bins * 20 > _MAX_SERIES_BYTES:
+            raise InvalidArgument(
+                "sample_interval_ns",
+                f"{bins} intervals x {channels} link directions would not fit in memory; "
+                "use a coarser interval",
+            )
+        self.s_bytes = np.zeros((channels, bins), dtype=np.float64)
+        self.s_qpeak = np.zeros((channels, bins), dtype=np.int32)
+        self.s_qint = np.zeros((channels, bins), dtype=np.float32)
+        self.s_drops = np.zeros((channels, bins), dtype=np.int32)
+
+    def _alloc_packets(self, count: int) -> None:
+        self.p_flow = np.zeros(count, dtype=np.int32)
+        self.p_seq = np.zeros(count, dtype=np.int64)
+        self.p_payload = np.zeros(count, dtype=np.int32)
+        self.p_wire = np.zeros(count, dtype=np.int32)
+        self.p_hop = np.zeros(count, dtype=np.int32)
+        self.p_ch = np.zeros(count, dtype=np.int32)
+        self.p_next = np.arange(1, count + 1, dtype=np.int32)
+        self.p_next[-1] = -1
+
+    def _alloc_slots(self, count: int) -> None:
+        self.rob_bits = np.zeros((count, _ROB_WORDS), dtype=np.uint64)
+        self.rob_next = np.arange(1, count + 1, dtype=np.int32)
+        self.rob_next[-1] = -1
+        self.f_fl_ch = np.full(count * self.max_hops, -1, dtype=np.int32)
+        self.f_fl_last = np.zeros(count * self.max_hops, dtype=np.int64)
+
+    def _alloc_heap(self, count: int) -> None:
+        self.h_time = np.zeros(count, dtype=np.int64)
+        self.h_kind = np.zeros(count, dtype=np.int8)
+        self.h_arg = np.zeros(count, dtype=np.int64)
+
+    def _push(self, time_ps: int, kind: int, arg: int) -> None:
+        # Python-side push for the initial events (sift-up as in the compiled heap).
+        from services.simulator.packet.heap import heap_push
+
+        self.sc[L.SC_HEAP] = heap_push(
+            self.h_time, self.h_kind, self.h_arg, int(self.sc[L.SC_HEAP]), time_ps, kind, arg
+        )
+        if self.sc[L.SC_HEAP] + 8 >= len(self.h_time):
+            self.grow_heap()
+
+    def grow_heap(self) -> None:
+        for name in ("h_time", "h_kind", "h_arg"):
+            old = getattr(self, name)
+            setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+
+    def grow_packets(self) -> None:
+        old = len(self.p_flow)
+        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
+        extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
+        extra[-1] = self.sc[L.SC_FREE]  # new slots in front of the remaining free list
+        self.p_next = np.concatenate([self.p_next, extra])
+        self.sc[L.SC_FREE] = old
+        self.sc[L.SC_FREE_COUNT] += old
+
+    def grow_slots(self) -> None:
+        old = len(self.rob_next)
+        self.rob_bits = np.concatenate([self.rob_bits, np.zeros_like(self.rob_bits)])
+        extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
+        extra[-1] = self.sc[L.SC_ROB_FREE]
+        self.rob_next = np.concatenate([self.rob_next, extra])
+        self.sc[L.SC_ROB_FREE] = old
+        self.sc[L.SC_ROB_FREE_COUNT] += old
+        self.f_fl_ch = np.concatenate([self.f_fl_ch, np.full_like(self.f_fl_ch, -1)])
+        self.f_fl_last = np.concatenate([self.f_fl_last, np.zeros_like(self.f_fl_last)])
+
+    def grow_bins(self, fixed_interval: bool) -> None:
+        if fixed_interval:  # the caller chose the interval: keep it, add columns
+            channels, bins = self.s_bytes.shape
+            if channels * 2 * bins * 20 > _MAX_SERIES_BYTES:
+                raise InvalidArgument(
+                    "sample_interval_ns",
+                    f"the run outlasts {bins} intervals of {self.pr[L.PR_INTERVAL] // 1000} ns "
+                    "and its series "
+                    "would not fit in memory; use a coarser interval",
+                )
+            for name in ("s_bytes", "s_qpeak", "s_qint", "s_drops"):
+                a = getattr(self, name)
+                setattr(self, name, np.concatenate([a, np.zeros_like(a)], axis=1))
+            self.pr[L.PR_BINS] = self.s_bytes.shape[1]
+            return
+        # Double the interval: column j of the new series is columns 2j and 2j+1 of the old.
+        for name in ("s_bytes", "s_qint", "s_drops"):
+            a = getattr(self, name)
+            merged = np.zeros_like(a)
+            merged[:, : a.shape[1] // 2] = a[:, 0::2] + a[:, 1::2]
+            setattr(self, name, merged)
+        a = self.s_qpeak
+        merged = np.zeros_like(a)
+        merged[:, : a.shape[1] // 2] = np.maximum(a[:, 0::2], a[:, 1::2])
+        self.s_qpeak = merged
+        self.pr[L.PR_INTERVAL] *= 2
+
+    def args(self) -> tuple:
+        """The loop's arguments, by the names of its parameters (one list to keep in step)."""
+        return tuple(getattr(self, name) for name in _LOOP_PARAMETERS)
+
+
+_LOOP_PARAMETERS = tuple(inspect.signature(run_events.py_func).parameters)
+
+
+def simulate_packets(
+    workload: Workload,
+    snapshot: FabricSnapshot,
+    routes: FlowRoutes,
+    flow_route: np.ndarray,
+    config: PacketEngineConfig,
+    progress: Callable[[float], bool] | None = None,
+) -> PacketRun:
+    """Run the workload packet by packet; `progress(fraction)` returning False cancels (Cancelled)."""
+    fixed = config.sample_interval_ns > 0
+    if fixed:
+        interval_ps = config.sample_interval_ns * 1000
+    else:  # start fine; the interval doubles whenever the run outlasts MAX_BINS intervals
+        guess_ps = max(1, config.expected_end_ns) * 1000
+        interval_ps = max(1000, 1 << max(0, int(np.ceil(np.log2(guess_ps / (MAX_BINS / 2))))))
+    arrays = _Arrays(snapshot, workload, routes, flow_route, config, interval_ps)
+    total_bytes = max(1, int(workload.flow_size_bytes.sum()))
+    while True:
+        code = run_events(*arrays.args())
+        if code == L.RC_DONE or code == L.RC_STOPPED:
+            break
+        if code == L.RC_BUDGET:
+            if progress is not None:
+                done = (arrays.f_recv.sum() + arrays.f_lost.sum()) / total_bytes
+                if not progress(min(0.99, float(done))):
+                    raise Cancelled()
+        elif code == L.RC_GROW_HEAP:
+            arrays.grow_heap()
+        elif code == L.RC_GROW_PACKETS:
+            arrays.grow_packets()
+        elif code == L.RC_GROW_ROB:
+            arrays.grow_slots()
+        elif code == L.RC_GROW_BINS:
+            arrays.grow_bins(fixed)
+        elif code == L.RC_LOOP:
+            raise FailedPrecondition(
+                f"a packet exceeded {arrays.max_hops} hops in {snapshot.fabric}: the routes loop"
+            )
+        else:  # pragma: no cover - a code the loop does not return
+            raise RuntimeError(f"packet engine returned {code}")
+    return _result(arrays, code == L.RC_STOPPED)
+
+
+def _result(a: _Arrays, stopped: bool) -> PacketRun:
+    sc = a.sc
+    interval_ps = int(a.pr[L.PR_INTERVAL])
+    end_ps = int(sc[L.SC_NOW]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
+    used_bins = max(1, -(-end_ps // interval_ps))
+    finish = np.where(a.f_finish >= 0, -(-a.f_finish // 1000), -1)
+    return PacketRun(
+        end_ns=-(-end_ps // 1000),
+        time_limited=stopped,
+        flow_start_ns=np.where(a.f_start >= 0, a.f_start // 1000, -1),
+        flow_finish_ns=finish,
+        flow_lost_bytes=a.f_lost.copy(),
+        interval_ns=interval_ps // 1000,
+        channel_bytes=a.s_bytes[:, :used_bins].copy(),
+        channel_mean_queue=a.s_qint[:, :used_bins].astype(np.float64) / interval_ps,
+        channel_peak_queue=a.s_qpeak[:, :used_bins].astype(np.int64),
+        channel_drops=a.s_drops[:, :used_bins].astype(np.int64),
+        channel_tx_bytes=a.ch_tx_bytes.copy(),
+        channel_tx_packets=a.ch_tx_packets.copy(),
+        channel_peak_queue_total=a.ch_peak_q.copy(),
+        channel_drops_total=a.ch_drops.copy(),
+        events=int(sc[L.SC_EVENTS]),
+        packets_injected=int(sc[L.SC_INJECTED]),
+        packets_delivered=int(sc[L.SC_DELIVERED]),
+        packets_dropped=int(sc[L.SC_DROPPED]),
+        delivered_payload_bytes=int(sc[L.SC_DELIVERED_BYTES]),
+        peak_packets_in_flight=int(sc[L.SC_PEAK_LIVE]),
+        out_of_order_packets=int(sc[L.SC_OUT_OF_ORDER]),
+        reorder_overflow_packets=int(sc[L.SC_ROB_OVERFLOW]),
+        reorder_peak_bytes=int(sc[L.SC_ROB_PEAK_BYTES]),
+        reorder_histogram=a.rob_hist.copy(),
+    )

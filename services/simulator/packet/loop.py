@@ -1,0 +1,492 @@
+"""The compiled event loop of the packet engine.
+
+Model (one directed channel per link direction, store-and-forward):
+
+- A NIC pulls: when its uplink channel is free it takes the next packet, round-robin over the
+  active flows (QPs) bound to that channel, so packets exist only while they are in flight.
+- A packet is serialised at the channel's rate (wire bytes = payload + header), then propagates;
+  it arrives at the far end `prop + switch latency` later (EV_ARRIVE).
+- A switch picks the output channel by the load-balancing mode and appends the packet to that
+  channel's output queue; if the queued bytes would exceed the port's buffer, the packet is
+  dropped and counted. When a channel finishes a packet (EV_TX_DONE) it starts the next queued one.
+- At the destination NIC the packet is delivered; a per-flow reorder window tracks packets that
+  arrive ahead of a missing one (the NIC reorder buffer of spraying).
+- Collective structure: a transfer (one step of a ring, carried by its QP flows) is released when
+  its prerequisites have left (same connection, in order) or arrived (the data it forwards).
+
+Everything lives in arrays passed in; the loop returns a code (layout.RC_*) when it has handled
+its event budget or needs a bigger array, and resumes from the same arrays when called again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from services.simulator.packet.heap import heap_pop, heap_push
+from services.simulator.packet.layout import (
+    EV_ARRIVE,
+    EV_RELEASE,
+    EV_TX_DONE,
+    MODE_ADAPTIVE,
+    MODE_ECMP,
+    MODE_FLOWLET,
+    MODE_SPRAY_RANDOM,
+    PR_BINS,
+    PR_BUDGET,
+    PR_FLOWLET_GAP,
+    PR_HEADER,
+    PR_INTERVAL,
+    PR_MAX_DEPENDENTS,
+    PR_MAX_FLOWS_PER_TRANSFER,
+    PR_MAX_HOPS,
+    PR_MAX_TX,
+    PR_MODE,
+    PR_MTU,
+    PR_ROB_WORDS,
+    PR_STOP,
+    RC_BUDGET,
+    RC_DONE,
+    RC_GROW_BINS,
+    RC_GROW_HEAP,
+    RC_GROW_PACKETS,
+    RC_GROW_ROB,
+    RC_LOOP,
+    RC_STOPPED,
+    SC_DELIVERED,
+    SC_DELIVERED_BYTES,
+    SC_DROPPED,
+    SC_EVENTS,
+    SC_FLOWS_DONE,
+    SC_FREE,
+    SC_FREE_COUNT,
+    SC_HEAP,
+    SC_INJECTED,
+    SC_LAST_DELIVERY,
+    SC_LIVE,
+    SC_NOW,
+    SC_OUT_OF_ORDER,
+    SC_PEAK_LIVE,
+    SC_ROB_FREE,
+    SC_ROB_FREE_COUNT,
+    SC_ROB_OVERFLOW,
+    SC_ROB_PEAK_BYTES,
+)
+
+__all__ = ["run_events"]
+
+
+@njit(cache=True)
+def _random_below(rng: np.ndarray, n: int) -> int:
+    """xorshift64* step; a uniform integer in [0, n)."""
+    x = rng[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    rng[0] = x
+    return int((x * np.uint64(2685821657736338717)) >> np.uint64(33)) % n
+
+
+@njit(cache=True)
+def run_events(
+    sc,
+    pr,
+    rng,  # scalars, parameters, RNG state
+    h_time,
+    h_kind,
+    h_arg,  # event heap
+    # channels
+    ch_target,
+    ch_ps_per_byte,
+    ch_delay_ps,
+    ch_buffer,
+    ch_from_host,
+    ch_busy,
+    q_head,
+    q_tail,
+    q_bytes,
+    q_last,
+    ch_tx_bytes,
+    ch_tx_packets,
+    ch_drops,
+    ch_peak_q,
+    ch_rr,
+    s_bytes,
+    s_qpeak,
+    s_qint,
+    s_drops,
+    # routing: equal-cost next channels of (node, destination slot)
+    g_off,
+    g_ch,
+    num_dest,
+    g_next,
+    # flows
+    f_dst_node,
+    f_dst_slot,
+    f_size,
+    f_sent,
+    f_recv,
+    f_lost,
+    f_next_seq,
+    f_first_ch,
+    f_start,
+    f_finish,
+    f_transfer,
+    f_path_off,
+    path_ch,
+    act_next,
+    act_prev,
+    f_rob_slot,
+    f_rob_bytes,
+    f_fl_ch,
+    f_fl_last,
+    rob_bits,
+    rob_next,
+    rob_hist,
+    # transfers
+    t_pending,
+    t_release,
+    t_flow_off,
+    t_unsent,
+    t_unarrived,
+    dep_off,
+    dep,
+    dep_arrival,
+    # packets
+    p_flow,
+    p_seq,
+    p_payload,
+    p_wire,
+    p_hop,
+    p_ch,
+    p_next,
+):
+    mode = pr[PR_MODE]
+    mtu = pr[PR_MTU]
+    header = pr[PR_HEADER]
+    interval = pr[PR_INTERVAL]
+    bins = pr[PR_BINS]
+    max_hops = pr[PR_MAX_HOPS]
+    rob_words = pr[PR_ROB_WORDS]
+    window = rob_words * 64
+    cap_heap = h_time.shape[0]
+    need_heap = 2 * pr[PR_MAX_FLOWS_PER_TRANSFER] + pr[PR_MAX_DEPENDENTS] + 8
+    need_packets = pr[PR_MAX_FLOWS_PER_TRANSFER] + 1
+    budget_end = sc[SC_EVENTS] + pr[PR_BUDGET]
+    stop = pr[PR_STOP]
+
+    # ---- series and queue bookkeeping ---------------------------------------------------------
+    def record_tx(c, t0, duration, wire):
+        # Bytes of one serialisation, spread over the sample bins it overlaps.
+        b0 = t0 // interval
+        b1 = (t0 + duration - 1) // interval
+        if b0 == b1:
+            s_bytes[c, b0] += wire
+        else:
+            for b in range(b0, b1 + 1):
+                lo = max(t0, b * interval)
+                hi = min(t0 + duration, (b + 1) * interval)
+                s_bytes[c, b] += wire * (hi - lo) / duration
+
+    def set_queue(c, now, new_bytes):
+        # Integrate the old depth over [q_last, now), then change it.
+        old = q_bytes[c]
+        last = q_last[c]
+        if old > 0 and now > last:
+            b0 = last // interval
+            b1 = (now - 1) // interval
+            if b0 == b1:
+                s_qint[c, b0] += old * (now - last)
+            else:
+                for b in range(b0, b1 + 1):
+                    lo = max(last, b * interval)
+                    hi = min(now, (b + 1) * interval)
+                    s_qint[c, b] += old * (hi - lo)
+        q_bytes[c] = new_bytes
+        q_last[c] = now
+        if new_bytes > ch_peak_q[c]:
+            ch_peak_q[c] = new_bytes
+        b = now // interval
+        if new_bytes > s_qpeak[c, b]:
+            s_qpeak[c, b] = new_bytes
+
+    # ---- packets -----------------------------------------------------------------------------------
+    def free_packet(p):
+        p_next[p] = sc[SC_FREE]
+        sc[SC_FREE] = p
+        sc[SC_FREE_COUNT] += 1
+        sc[SC_LIVE] -= 1
+
+    def start_tx(c, p, now):
+        duration = int(p_wire[p] * ch_ps_per_byte[c] + 0.5)
+        ch_busy[c] = 1
+        p_ch[p] = c
+        ch_tx_bytes[c] += p_wire[p]
+        ch_tx_packets[c] += 1
+        record_tx(c, now, duration, p_wire[p])
+        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + duration, EV_TX_DONE, c)
+        sc[SC_HEAP] = heap_push(
+            h_time, h_kind, h_arg, sc[SC_HEAP], now + duration + ch_delay_ps[c], EV_ARRIVE, p
+        )
+
+    # ---- collective structure -----------------------------------------------------------------------
+    def release_dependents(t, arrival, now):
+        for i in range(dep_off[t], dep_off[t + 1]):
+            if dep_arrival[i] == arrival:
+                d = dep[i]
+                t_pending[d] -= 1
+                if t_pending[d] == 0:
+                    when = max(now, t_release[d])
+                    sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], when, EV_RELEASE, d)
+
+    def flow_left(f, now):
+        t = f_transfer[f]
+        t_unsent[t] -= 1
+        if t_unsent[t] == 0:
+            release_dependents(t, 0, now)
+
+    def flow_accounted(f, now):
+        # Every byte of f delivered or dropped.
+        f_finish[f] = now
+        sc[SC_FLOWS_DONE] += 1
+        slot = f_rob_slot[f]
+        if slot >= 0:
+            rob_next[slot] = sc[SC_ROB_FREE]
+            sc[SC_ROB_FREE] = slot
+            sc[SC_ROB_FREE_COUNT] += 1
+            f_rob_slot[f] = -1
+        t = f_transfer[f]
+        t_unarrived[t] -= 1
+        if t_unarrived[t] == 0:
+            release_dependents(t, 1, now)
+
+    # ---- NICs ------------------------------------------------------------------------------------------
+    def pull(c, now):
+        # The NIC behind channel c sends the next packet of its active flows, round-robin.
+        f = ch_rr[c]
+        if f < 0:
+            return
+        p = sc[SC_FREE]
+        sc[SC_FREE] = p_next[p]
+        sc[SC_FREE_COUNT] -= 1
+        sc[SC_LIVE] += 1
+        if sc[SC_LIVE] > sc[SC_PEAK_LIVE]:
+            sc[SC_PEAK_LIVE] = sc[SC_LIVE]
+        payload = min(mtu, f_size[f] - f_sent[f])
+        p_flow[p] = f
+        p_seq[p] = f_sent[f] // mtu
+        p_payload[p] = payload
+        p_wire[p] = payload + header
+        p_hop[p] = 1  # hop 0 is this NIC's channel
+        f_sent[f] += payload
+        sc[SC_INJECTED] += 1
+        following = act_next[f]
+        if f_sent[f] >= f_size[f]:
+            # Unlink f from the channel's ring of active flows.
+            if following == f:
+                ch_rr[c] = -1
+            else:
+                before = act_prev[f]
+                act_next[before] = following
+                act_prev[following] = before
+                ch_rr[c] = following
+            flow_left(f, now)
+        else:
+            ch_rr[c] = following
+        start_tx(c, p, now)
+
+    def activate(f, now):
+        f_start[f] = now
+        if f_size[f] == 0:
+            flow_left(f, now)
+            flow_accounted(f, now)
+            return
+        slot = sc[SC_ROB_FREE]
+        sc[SC_ROB_FREE] = rob_next[slot]
+        sc[SC_ROB_FREE_COUNT] -= 1
+        f_rob_slot[f] = slot
+        for w in range(rob_words):
+            rob_bits[slot, w] = 0
+        for h in range(slot * max_hops, (slot + 1) * max_hops):
+            f_fl_ch[h] = -1
+        c = f_first_ch[f]
+        head = ch_rr[c]
+        if head < 0:
+            act_next[f] = f
+            act_prev[f] = f
+            ch_rr[c] = f
+        else:  # insert just before the current head: last in this round
+            before = act_prev[head]
+            act_next[before] = f
+            act_prev[f] = before
+            act_next[f] = head
+            act_prev[head] = f
+        if ch_busy[c] == 0:
+            pull(c, now)
+
+    # ---- switches --------------------------------------------------------------------------------------
+    def least_loaded(start, end):
+        best = -1
+        best_q = 0
+        ties = 0
+        for i in range(start, end):
+            c = g_ch[i]
+            q = q_bytes[c] + ch_busy[c]  # a busy idle-queue port ranks after a free one
+            if best < 0 or q < best_q:
+                best, best_q, ties = c, q, 1
+            elif q == best_q:
+                ties += 1
+                if _random_below(rng, ties) == 0:  # reservoir sampling: a uniform tie-break
+                    best = c
+        return best
+
+    def choose(node, p, f, now):
+        key = node * num_dest + f_dst_slot[f]
+        start = g_off[key]
+        end = g_off[key + 1]
+        if end == start:
+            return -1
+        if end - start == 1:
+            return g_ch[start]
+        if mode == MODE_ECMP:
+            return path_ch[f_path_off[f] + p_hop[p]]
+        if mode == MODE_ADAPTIVE:
+            return least_loaded(start, end)
+        if mode == MODE_FLOWLET:
+            slot = f_rob_slot[f] * max_hops + p_hop[p]  # per active flow, recycled with its slot
+            c = f_fl_ch[slot]
+            if c < 0 or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
+                c = least_loaded(start, end)  # a new flowlet may take another path
+                f_fl_ch[slot] = c
+            f_fl_last[slot] = now
+            return c
+        if mode == MODE_SPRAY_RANDOM:
+            return g_ch[start + _random_below(rng, end - start)]
+        # Spraying, round-robin: each (switch, destination) group deals packets to its ports in turn.
+        i = g_next[key]
+        g_next[key] = i + 1 if i + 1 < end - start else 0
+        return g_ch[start + i]
+
+    def enqueue(c, p, now):
+        if ch_busy[c] == 0:
+            start_tx(c, p, now)
+            return
+        if q_bytes[c] + p_wire[p] > ch_buffer[c]:
+            ch_drops[c] += 1
+            s_drops[c, now // interval] += 1
+            sc[SC_DROPPED] += 1
+            f = p_flow[p]
+            f_lost[f] += p_payload[p]
+            free_packet(p)
+            if f_recv[f] + f_lost[f] >= f_size[f]:
+                flow_accounted(f, now)
+            return
+        p_next[p] = -1
+        if q_tail[c] < 0:
+            q_head[c] = p
+        else:
+            p_next[q_tail[c]] = p
+        q_tail[c] = p
+        set_queue(c, now, q_bytes[c] + p_wire[p])
+
+    def deliver(p, now):
+        f = p_flow[p]
+        seq = p_seq[p]
+        sc[SC_DELIVERED] += 1
+        sc[SC_DELIVERED_BYTES] += p_payload[p]
+        sc[SC_LAST_DELIVERY] = now
+        f_recv[f] += p_payload[p]
+        # Reorder window: bit k of the flow's slot is packet f_next_seq + k.
+        slot = f_rob_slot[f]
+        expected = f_next_seq[f]
+        if seq == expected:
+            expected += 1
+            # Drain packets that were waiting for this one.
+            while True:
+                offset = expected - f_next_seq[f] - 1
+                if offset >= window:
+                    break
+                w = offset >> 6
+                bit = np.uint64(1) << np.uint64(offset & 63)
+                if rob_bits[slot, w] & bit:
+                    rob_bits[slot, w] &= ~bit
+                    f_rob_bytes[f] -= min(mtu, f_size[f] - expected * mtu)
+                    expected += 1
+                else:
+                    break
+            shift = expected - f_next_seq[f]
+            f_next_seq[f] = expected
+            # Shift the window by `shift` packets (whole words, then bits).
+            words = shift >> 6
+            bits = shift & 63
+            for w in range(rob_words):
+                src = w + words
+                lo = rob_bits[slot, src] if src < rob_words else np.uint64(0)
+                hi = rob_bits[slot, src + 1] if src + 1 < rob_words else np.uint64(0)
+                if bits == 0:
+                    rob_bits[slot, w] = lo
+                else:
+                    rob_bits[slot, w] = (lo >> np.uint64(bits)) | (hi << np.uint64(64 - bits))
+        elif seq > expected:
+            sc[SC_OUT_OF_ORDER] += 1
+            offset = seq - expected - 1
+            if offset < window:
+                rob_bits[slot, offset >> 6] |= np.uint64(1) << np.uint64(offset & 63)
+                f_rob_bytes[f] += p_payload[p]
+                if f_rob_bytes[f] > sc[SC_ROB_PEAK_BYTES]:
+                    sc[SC_ROB_PEAK_BYTES] = f_rob_bytes[f]
+            else:
+                sc[SC_ROB_OVERFLOW] += 1
+        occupancy = (f_rob_bytes[f] + mtu - 1) // mtu  # packets held, sampled at each delivery
+        rob_hist[min(occupancy, rob_hist.shape[0] - 1)] += 1
+        free_packet(p)
+        if f_recv[f] + f_lost[f] >= f_size[f]:
+            flow_accounted(f, now)
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+    while sc[SC_HEAP] > 0:
+        if sc[SC_EVENTS] >= budget_end:
+            return RC_BUDGET
+        if sc[SC_HEAP] + need_heap > cap_heap:
+            return RC_GROW_HEAP
+        if sc[SC_FREE_COUNT] < need_packets:
+            return RC_GROW_PACKETS
+        if sc[SC_ROB_FREE_COUNT] < need_packets:
+            return RC_GROW_ROB
+        if h_time[0] + pr[PR_MAX_TX] >= bins * interval:
+            return RC_GROW_BINS
+        if stop > 0 and h_time[0] > stop:
+            return RC_STOPPED
+        now, kind, arg, size = heap_pop(h_time, h_kind, h_arg, sc[SC_HEAP])
+        sc[SC_HEAP] = size
+        sc[SC_NOW] = now
+        sc[SC_EVENTS] += 1
+        if kind == EV_ARRIVE:
+            p = arg
+            node = ch_target[p_ch[p]]
+            f = p_flow[p]
+            if node == f_dst_node[f]:
+                deliver(p, now)
+            else:
+                c = choose(node, p, f, now)
+                if c < 0 or p_hop[p] >= max_hops or ch_from_host[c]:
+                    return RC_LOOP  # no route, a loop, or a host asked to forward
+                p_hop[p] += 1
+                enqueue(c, p, now)
+        elif kind == EV_TX_DONE:
+            c = arg
+            ch_busy[c] = 0
+            if ch_from_host[c]:
+                pull(c, now)
+            elif q_head[c] >= 0:
+                p = q_head[c]
+                q_head[c] = p_next[p]
+                if q_head[c] < 0:
+                    q_tail[c] = -1
+                set_queue(c, now, q_bytes[c] - p_wire[p])
+                start_tx(c, p, now)
+        else:  # EV_RELEASE
+            t = arg
+            for f in range(t_flow_off[t], t_flow_off[t + 1]):
+                activate(f, now)
+    return RC_DONE
