@@ -1,0 +1,98 @@
+"""Topology formats: text <-> `Fabric`, one module per format, and the two entry points the servicer calls.
+
+| format           | import | export | module            |
+|------------------|--------|--------|-------------------|
+| `ibnetdiscover`  | yes    | yes    | `ibnetdiscover.py` (also reads ibsim's short form) |
+| `json`           | yes    | yes    | `json_format.py`  (documented in docs/topology-formats.md) |
+| `node_link_json` | no     | yes    | `node_link.py`    (networkx node-link JSON) |
+| `ns3_hpcc`       | yes    | yes    | `ns3_hpcc.py`     (ns-3 HPCC `topology.txt`) |
+
+Every importer returns a validated `Fabric` or raises `InvalidArgument` naming the line (or JSON path)
+and what was expected; nothing is half-imported. `opensm-lfts.dump` (forwarding tables, not topology)
+lives with the routing engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.common.errors import InvalidArgument
+from services.topology.fabric import Fabric
+
+__all__ = ["EXPORT_FORMATS", "FORMATS", "IMPORT_FORMATS", "export_fabric", "import_fabric"]
+
+Importer = Callable[..., Fabric]
+Exporter = Callable[[Fabric], str]
+
+
+def _importers() -> dict[str, Importer]:
+    # Imported lazily so that importing this package stays cheap (json_format pulls in nothing heavy,
+    # but node_link needs networkx, which only the export of that format should load).
+    from services.topology.formats import ibnetdiscover, json_format, ns3_hpcc
+
+    return {
+        "ibnetdiscover": ibnetdiscover.import_ibnetdiscover,
+        "json": json_format.import_json,
+        "ns3_hpcc": ns3_hpcc.import_ns3_hpcc,
+    }
+
+
+def _exporters() -> dict[str, Exporter]:
+    from services.topology.formats import ibnetdiscover, json_format, node_link, ns3_hpcc
+
+    return {
+        "ibnetdiscover": ibnetdiscover.export_ibnetdiscover,
+        "json": json_format.export_json,
+        "node_link_json": node_link.export_node_link_json,
+        "ns3_hpcc": ns3_hpcc.export_ns3_hpcc,
+    }
+
+
+FORMATS = ("ibnetdiscover", "json", "node_link_json", "ns3_hpcc")
+IMPORT_FORMATS = ("ibnetdiscover", "json", "ns3_hpcc")
+EXPORT_FORMATS = FORMATS
+
+
+def _check_format(format: str, allowed: tuple[str, ...], verb: str) -> None:
+    if format in allowed:
+        return
+    if format in FORMATS:
+        raise InvalidArgument(
+            "format", f"{format!r} can be exported but not imported; import one of {', '.join(allowed)}"
+        )
+    raise InvalidArgument("format", f"unknown topology format {format!r}; {verb} one of {', '.join(allowed)}")
+
+
+def import_fabric(
+    format: str,
+    text: str,
+    *,
+    default_link_speed_gbps: float = 400.0,
+    default_link_latency_ns: int = 500,
+) -> Fabric:
+    """Parse `text` in `format` into a validated Fabric.
+
+    Parameters: `format` is one of IMPORT_FORMATS; `default_link_speed_gbps` is used where the text
+    gives no link speed (ibsim short form without a width/speed, JSON links without `speed_gbps`);
+    `default_link_latency_ns` where it gives no latency (ibnetdiscover never does).
+    Raises InvalidArgument("format", ...) for an unknown or export-only format, and
+    InvalidArgument naming the line or JSON path for bad text.
+
+    >>> f = import_fabric("ns3_hpcc", "3 1 2\\n2\\n0 2 100Gbps 0.001ms 0\\n1 2 100Gbps 0.001ms 0\\n")
+    >>> f.num_hosts, f.num_switches, f.num_links
+    (2, 1, 2)
+    """
+    _check_format(format, IMPORT_FORMATS, "import")
+    if not isinstance(text, str):
+        raise InvalidArgument("text", f"must be text, got {type(text).__name__}")
+    return _importers()[format](
+        text,
+        default_link_speed_gbps=default_link_speed_gbps,
+        default_link_latency_ns=default_link_latency_ns,
+    )
+
+
+def export_fabric(fabric: Fabric, format: str) -> str:
+    """The text of `fabric` in `format` (one of EXPORT_FORMATS); unknown -> InvalidArgument("format")."""
+    _check_format(format, EXPORT_FORMATS, "export")
+    return _exporters()[format](fabric)
