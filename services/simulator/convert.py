@@ -118,6 +118,7 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
         ),
         mtu_bytes=message.mtu_bytes or 4096,
         buffer_bytes=message.buffer_bytes,
+        header_bytes=message.header_bytes,
         switch_latency_ns=message.switch_latency_ns,
         sample_interval_ns=message.sample_interval_ns,
         seed=message.seed,

@@ -125,6 +125,7 @@ class PacketStats:
 
     injected: int
     delivered: int
+    delivered_bytes: int  # payload
     dropped: int
     retransmitted: int
     peak_in_flight: int

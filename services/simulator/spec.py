@@ -130,6 +130,7 @@ class SimulationSpec:
     transport: Transport = Transport.ROCEV2
     mtu_bytes: int = 4096
     buffer_bytes: int = 0  # per switch output port; 0: DEFAULT_BUFFER_BYTES (PACKET fidelity)
+    header_bytes: int = 0  # wire overhead per packet; 0: the transport's (PACKET fidelity)
     switch_latency_ns: int = 0
     sample_interval_ns: int = 0
     seed: int = 0
@@ -235,7 +236,14 @@ def validate_spec(spec: SimulationSpec) -> None:
         raise InvalidArgument("jobs", "at least one job is required")
     if spec.fault_count:
         raise InvalidArgument("faults", "fault injection is not supported at FLOW fidelity yet")
-    for name in ("switch_latency_ns", "sample_interval_ns", "time_limit_ns", "buffer_bytes", "seed"):
+    for name in (
+        "switch_latency_ns",
+        "sample_interval_ns",
+        "time_limit_ns",
+        "buffer_bytes",
+        "header_bytes",
+        "seed",
+    ):
         if getattr(spec, name) < 0:
             raise InvalidArgument(name, f"must not be negative, got {getattr(spec, name)}")
     for i, job in enumerate(spec.jobs):

@@ -95,7 +95,7 @@ def run_packet_simulation(
     wall = time.perf_counter()
     lb = spec.load_balancing
     assert lb is not None and lb.mode is not None
-    header = WIRE_OVERHEAD_BYTES[spec.transport]
+    header = spec.header_bytes or WIRE_OVERHEAD_BYTES[spec.transport]
     buffer = spec.buffer_bytes or DEFAULT_BUFFER_BYTES
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(lb, snapshot, workload, spec.switch_latency_ns)
@@ -213,6 +213,7 @@ def run_packet_simulation(
         packets=PacketStats(
             injected=run.packets_injected,
             delivered=run.packets_delivered,
+            delivered_bytes=run.delivered_payload_bytes,
             dropped=run.packets_dropped,
             retransmitted=0,
             peak_in_flight=run.peak_packets_in_flight,

@@ -494,6 +494,7 @@ class SimulationSpec(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     TELEMETRY_SOURCE_FIELD_NUMBER: _builtins.int
     TIME_LIMIT_NS_FIELD_NUMBER: _builtins.int
+    HEADER_BYTES_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`; the simulator fetches its snapshot from the topology service."""
     fidelity: Global___Fidelity.ValueType
@@ -514,6 +515,10 @@ class SimulationSpec(_message.Message):
     """If set, write the per-link series to the telemetry service as this source id."""
     time_limit_ns: _builtins.int
     """Stop simulating at this simulated time (0 = run to completion)."""
+    header_bytes: _builtins.int
+    """PACKET fidelity: wire bytes per packet beyond the payload (0 = the transport's: RoCEv2 82,
+    InfiniBand 26). Set it to compare with another simulator's framing (ns-3 point-to-point: 30).
+    """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
         """Jobs run concurrently (each from its own start_ns)."""
@@ -552,10 +557,11 @@ class SimulationSpec(_message.Message):
         seed: _builtins.int = ...,
         telemetry_source: _builtins.str = ...,
         time_limit_ns: _builtins.int = ...,
+        header_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["infiniband", b"infiniband", "load_balancing", b"load_balancing", "roce", b"roce"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "infiniband", b"infiniband", "jobs", b"jobs", "load_balancing", b"load_balancing", "mtu_bytes", b"mtu_bytes", "roce", b"roce", "sample_interval_ns", b"sample_interval_ns", "seed", b"seed", "switch_latency_ns", b"switch_latency_ns", "telemetry_source", b"telemetry_source", "time_limit_ns", b"time_limit_ns", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "load_balancing", b"load_balancing", "mtu_bytes", b"mtu_bytes", "roce", b"roce", "sample_interval_ns", b"sample_interval_ns", "seed", b"seed", "switch_latency_ns", b"switch_latency_ns", "telemetry_source", b"telemetry_source", "time_limit_ns", b"time_limit_ns", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,152 @@
+"""Packet-engine benchmarks, including the side-by-side run of ns-3 on the reference scenario.
+
+Reference scenario (the packet-engine issue): k=8 fat-tree (128 hosts), 100 Gb/s links, 1 us per
+link, every host i sends 10 MB to host (i+1) mod 128 at once, 1500-byte IP packets (1472 bytes of
+UDP payload, 30 bytes of IP/UDP/PPP framing, as ns-3's point-to-point links carry them), per-packet
+spraying by a uniform random choice (ns-3: Ipv4GlobalRouting::RandomEcmpRouting).
+
+ns-3 runs in its own virtual environment (`.venv-ns3`, made on first use with `pip install ns3`);
+where that cannot be done the ns-3 figures are null and `ns3_skipped` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+from bench.registry import benchmark
+from services.simulator.runner import run_simulation
+from services.topology.generators import fat_tree
+from services.topology.snapshots import route_and_snapshot
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NS3_VENV = ROOT / ".venv-ns3"
+REFERENCE_BYTES = 10_000_000
+PAYLOAD, FRAMING = 1472, 30
+
+
+def _reference_spec(snapshot, mode: str) -> dict:
+    hosts = [snapshot.node_names[h] for h in snapshot.host_nodes]
+    flows = [
+        {"source": hosts[i], "destination": hosts[(i + 1) % len(hosts)], "size_bytes": REFERENCE_BYTES}
+        for i in range(len(hosts))
+    ]
+    return {
+        "fabric": snapshot.fabric,
+        "fidelity": "PACKET",
+        "jobs": [{"collective": "POINT_TO_POINT", "flows": flows}],
+        "load_balancing": {"mode": mode, "spray_random": True, "seed": 1},
+        "mtu_bytes": PAYLOAD,
+        "header_bytes": FRAMING,
+        "buffer_bytes": 100 * (PAYLOAD + FRAMING),  # ns-3's default DropTail queue: 100 packets
+        "seed": 1,
+    }
+
+
+def _warm_up() -> None:
+    """Compile (or load from numba's cache) the engine outside the timed region."""
+    snapshot = route_and_snapshot(fat_tree(4, link_speed_gbps=100))
+    spec = _reference_spec(snapshot, "SPRAY")
+    for flow in spec["jobs"][0]["flows"]:
+        flow["size_bytes"] = 100_000
+    run_simulation(spec, snapshot)
+
+
+def _ns3() -> dict:
+    python = NS3_VENV / "bin" / "python"
+    if not python.exists():
+        made = subprocess.run([sys.executable, "-m", "venv", str(NS3_VENV)], capture_output=True, text=True)
+        if made.returncode == 0:
+            made = subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "ns3"], capture_output=True, text=True
+            )
+        if made.returncode != 0:
+            return {"ns3_skipped": f"could not install ns3: {made.stderr.strip().splitlines()[-1:]}"}
+    result = subprocess.run(
+        [
+            str(python),
+            str(ROOT / "bench" / "ns3" / "reference.py"),
+            "--k",
+            "8",
+            "--bytes",
+            str(REFERENCE_BYTES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        return {"ns3_skipped": f"ns-3 run failed: {result.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(lines[-1])
+
+
+@benchmark("engine.reference.spray")
+def reference_spray() -> dict:
+    _warm_up()
+    snapshot = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+    start = time.perf_counter()
+    outcome = run_simulation(_reference_spec(snapshot, "SPRAY"), snapshot)
+    wall = time.perf_counter() - start
+    packets = outcome.packets.delivered
+    figures = {
+        "packets_per_s": round(packets / wall),
+        "packets": packets,
+        "delivered_bytes": outcome.packets.delivered_bytes,
+        "completion_s": outcome.makespan_ns / 1e9,
+        "engine_wall_s": round(wall, 3),
+        "dropped_packets": outcome.packets.dropped,
+    }
+    if os.environ.get("FABRICTWIN_BENCH_SKIP_NS3"):
+        ns3 = {"ns3_skipped": "FABRICTWIN_BENCH_SKIP_NS3 is set"}
+    else:
+        ns3 = _ns3()
+    figures.update(
+        ns3_packets_per_s=round(ns3["ns3_packets_per_s"]) if "ns3_packets_per_s" in ns3 else None,
+        ns3_delivered_bytes=ns3.get("ns3_delivered_bytes"),
+        ns3_completion_s=ns3.get("ns3_completion_s"),
+        ns3_wall_s=round(ns3["ns3_wall_s"], 3) if "ns3_wall_s" in ns3 else None,
+        ratio=round(figures["packets_per_s"] / ns3["ns3_packets_per_s"], 1)
+        if "ns3_packets_per_s" in ns3
+        else None,
+    )
+    if "ns3_skipped" in ns3:
+        figures["ns3_skipped"] = ns3["ns3_skipped"]
+    return figures
+
+
+def _allreduce_k16(mode: str) -> dict:
+    _warm_up()
+    snapshot = route_and_snapshot(fat_tree(16))
+    spec = {
+        "fabric": snapshot.fabric,
+        "fidelity": "PACKET",
+        "jobs": [
+            {"collective": "ALL_REDUCE", "size_bytes": 64 << 20, "rank_count": 1024, "placement": "RANDOM"}
+        ],
+        "load_balancing": {"mode": mode, "seed": 1, "flowlet_gap_ns": 2000},
+        "switch_latency_ns": 300,
+        "seed": 1,
+    }
+    start = time.perf_counter()
+    outcome = run_simulation(spec, snapshot)
+    wall = time.perf_counter() - start
+    job = outcome.jobs[0]
+    return {
+        "wall_s_engine": round(wall, 2),
+        "packets": outcome.packets.delivered,
+        "packets_per_s": round(outcome.packets.delivered / wall),
+        "completion_ms": round(job.completion_ns / 1e6, 3),
+        "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
+        "busbw_gbps": round(job.busbw_gbps, 1),
+        "dropped_packets": outcome.packets.dropped,
+        "peak_packets_in_flight": outcome.packets.peak_in_flight,
+    }
+
+
+for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
+    benchmark(f"engine.allreduce.k16.{_mode}")(lambda mode=_mode: _allreduce_k16(mode.upper()))
