@@ -126,7 +126,8 @@ class _Arrays:
         self.ch_from_host = (~is_switch[source]).astype(np.uint8)
         # NIC uplinks pull from their flows; they never queue, so they never drop.
         self.ch_buffer = np.where(self.ch_from_host == 1, np.iinfo(np.int64).max, config.buffer_bytes)
-        self.ch_busy = np.zeros(n_ch, dtype=np.uint8)
+        self.ch_busy = np.zeros(n_ch, dtype=np.uint8)  # NIC ports: a pull is pending
+        self.ch_free_at = np.zeros(n_ch, dtype=np.int64)  # ps; the port is transmitting until then
         self.q_head = np.full(n_ch, -1, dtype=np.int32)
         self.q_tail = np.full(n_ch, -1, dtype=np.int32)
         self.q_bytes = np.zeros(n_ch, dtype=np.int64)
