@@ -1,8 +1,11 @@
-"""The engine's event queue: a binary min-heap over parallel arrays, compiled with numba.
+"""The engine's event queue: a 4-ary min-heap over parallel arrays, compiled with numba.
 
 An event is (time_ps, kind, arg). Ties in time pop in an order fixed by the sequence of pushes,
-so a run is deterministic without a sequence number. The arrays never grow inside compiled code:
-the loop checks for room before it handles an event and returns to Python to grow them.
+so a run is deterministic without a sequence number. Four children per node rather than two: half
+the levels, and the four keys compared at each level sit in one cache line, which is what the
+event loop spends its time on once tens of thousands of packets are in flight. The arrays never
+grow inside compiled code: the loop checks for room before it handles an event and returns to
+Python to grow them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ def heap_push(
     """Insert an event; returns the new size (the caller guarantees room)."""
     i = size
     while i > 0:
-        parent = (i - 1) >> 1
+        parent = (i - 1) >> 2
         if h_time[parent] <= t:
             break
         h_time[i] = h_time[parent]
@@ -44,17 +47,22 @@ def heap_pop(
         last_t, last_kind, last_arg = h_time[size], h_kind[size], h_arg[size]
         i = 0
         while True:
-            child = 2 * i + 1
-            if child >= size:
+            first = 4 * i + 1
+            if first >= size:
                 break
-            if child + 1 < size and h_time[child + 1] < h_time[child]:
-                child += 1
-            if h_time[child] >= last_t:
+            best = first
+            best_t = h_time[first]
+            stop = min(first + 4, size)
+            for child in range(first + 1, stop):
+                if h_time[child] < best_t:
+                    best = child
+                    best_t = h_time[child]
+            if best_t >= last_t:
                 break
-            h_time[i] = h_time[child]
-            h_kind[i] = h_kind[child]
-            h_arg[i] = h_arg[child]
-            i = child
+            h_time[i] = best_t
+            h_kind[i] = h_kind[best]
+            h_arg[i] = h_arg[best]
+            i = best
         h_time[i] = last_t
         h_kind[i] = last_kind
         h_arg[i] = last_arg

@@ -182,12 +182,12 @@ def run_events(
         b0 = t0 // interval
         b1 = (t0 + duration - 1) // interval
         if b0 == b1:
-            s_bytes[c, b0] += wire
+            s_bytes[b0, c] += wire
         else:
             for b in range(b0, b1 + 1):
                 lo = max(t0, b * interval)
                 hi = min(t0 + duration, (b + 1) * interval)
-                s_bytes[c, b] += wire * (hi - lo) / duration
+                s_bytes[b, c] += wire * (hi - lo) / duration
 
     def set_queue(c, now, new_bytes):
         # Integrate the old depth over [q_last, now), then change it.
@@ -197,19 +197,21 @@ def run_events(
             b0 = last // interval
             b1 = (now - 1) // interval
             if b0 == b1:
-                s_qint[c, b0] += old * (now - last)
+                s_qint[b0, c] += old * (now - last)
             else:
                 for b in range(b0, b1 + 1):
                     lo = max(last, b * interval)
                     hi = min(now, (b + 1) * interval)
-                    s_qint[c, b] += old * (hi - lo)
+                    s_qint[b, c] += old * (hi - lo)
+                    if old > s_qpeak[b, c]:  # the depth held through this interval
+                        s_qpeak[b, c] = old
         q_bytes[c] = new_bytes
         q_last[c] = now
         if new_bytes > ch_peak_q[c]:
             ch_peak_q[c] = new_bytes
         b = now // interval
-        if new_bytes > s_qpeak[c, b]:
-            s_qpeak[c, b] = new_bytes
+        if new_bytes > s_qpeak[b, c]:
+            s_qpeak[b, c] = new_bytes
 
     # ---- packets -----------------------------------------------------------------------------------
     def free_packet(p):
@@ -379,7 +381,7 @@ def run_events(
             return
         if q_bytes[c] + p_wire[p] > ch_buffer[c]:
             ch_drops[c] += 1
-            s_drops[c, now // interval] += 1
+            s_drops[now // interval, c] += 1
             sc[SC_DROPPED] += 1
             f = p_flow[p]
             f_lost[f] += p_payload[p]

@@ -1,0 +1,175 @@
+"""PACKET fidelity against theory: the closed-form ring, balls into bins, conservation, reordering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.common.errors import InvalidArgument
+from services.simulator.flow_model import Cancelled
+from services.simulator.runner import run_simulation
+from tests.simulator.fabrics import fat_tree, leaf_spine
+
+FAT_TREE = fat_tree(4, rate_bps=100_000_000_000)
+
+
+def packet_spec(jobs, mode="SPRAY", **extra):
+    lb = {"mode": mode, **extra.pop("lb", {})}
+    return {"fabric": "fabrics/test", "fidelity": "PACKET", "jobs": jobs, "load_balancing": lb, **extra}
+
+
+def ring(n, size, placement="SCATTERED", **job):
+    return {"collective": "ALL_REDUCE", "size_bytes": size, "rank_count": n, "placement": placement, **job}
+
+
+def uplink_bytes(outcome, snapshot, leaf_tier=1):
+    source, target = snapshot.channel_source(), snapshot.channel_target()
+    tier = snapshot.node_tier
+    sent = dict(zip(outcome.channels.channels.tolist(), outcome.channels.bytes.tolist(), strict=True))
+    ups = np.flatnonzero((tier[source] == leaf_tier) & (tier[target] == leaf_tier + 1))
+    return ups, np.array([sent.get(int(c), 0) for c in ups])
+
+
+@pytest.mark.parametrize("mode", ["ADAPTIVE", "SPRAY"])
+def test_a_ring_allreduce_on_a_non_blocking_fat_tree_meets_the_closed_form(mode):
+    # 16 ranks on every host of a k=4 fat-tree, scattered: every ring hop leaves its leaf.
+    outcome = run_simulation(packet_spec([ring(16, 8 << 20)], mode, switch_latency_ns=300), FAT_TREE)
+    job = outcome.jobs[0]
+    # Closed form: 2(n-1)/n * S over the payload rate, plus per step one hop latency and the
+    # store-and-forward of one packet on every hop after the first.
+    assert job.completion_ns == pytest.approx(job.ideal_completion_ns, rel=0.03)
+    payload_rate = 100e9 * 4096 / (4096 + 82)
+    assert job.ideal_completion_ns > 2 * 15 / 16 * (8 << 20) * 8 / payload_rate * 1e9
+    assert outcome.uplink_skew.max_over_mean < 1.1
+
+
+def test_a_packed_ring_sends_one_flow_per_uplink_and_ecmp_meets_the_closed_form_too():
+    outcome = run_simulation(packet_spec([ring(16, 4 << 20, "PACKED")], "ECMP"), FAT_TREE)
+    job = outcome.jobs[0]
+    assert job.completion_ns == pytest.approx(job.ideal_completion_ns, rel=0.01)
+    assert outcome.packets.dropped == 0
+
+
+def test_a_scattered_ring_is_slower_under_ecmp_with_hot_and_idle_uplinks_at_once():
+    fabric = fat_tree(8, rate_bps=100_000_000_000)
+    results = {
+        mode: run_simulation(packet_spec([ring(128, 16 << 20)], mode, seed=3, lb={"seed": 1}), fabric)
+        for mode in ("ECMP", "ADAPTIVE", "SPRAY")
+    }
+    ecmp, adaptive, spray = (results[m] for m in ("ECMP", "ADAPTIVE", "SPRAY"))
+    assert ecmp.jobs[0].completion_ns > 1.2 * adaptive.jobs[0].completion_ns
+    assert ecmp.uplink_skew.share_hot > 0 and ecmp.uplink_skew.share_idle > 0
+    for balanced in (adaptive, spray):
+        assert balanced.uplink_skew.max_over_mean < 1.1
+        assert balanced.uplink_skew.share_idle == 0
+
+
+def test_ecmp_leaves_the_balls_into_bins_share_of_uplinks_idle():
+    # n flows from the n hosts of leaf 0 to the n hosts of leaf 1, hashed onto leaf 0's n uplinks.
+    n, runs = 8, 120
+    fabric = leaf_spine(2, n, n, rate_bps=100_000_000_000)
+    hosts = [fabric.node_names[h] for h in fabric.host_nodes]
+    flows = [{"source": hosts[i], "destination": hosts[n + i], "size_bytes": 8192} for i in range(n)]
+    idle = []
+    for seed in range(runs):
+        spec = packet_spec(
+            [{"collective": "POINT_TO_POINT", "flows": flows}], "ECMP", seed=seed, lb={"seed": seed}
+        )
+        outcome = run_simulation(spec, fabric)
+        _, sent = uplink_bytes(outcome, fabric)
+        idle.append(int((sent[:n] == 0).sum()))  # leaf 0's uplinks come first
+    expected = n * (1 - 1 / n) ** n
+    standard_error = np.std(idle, ddof=1) / np.sqrt(runs)
+    assert abs(np.mean(idle) - expected) < 3 * standard_error + 0.05
+
+
+@pytest.mark.parametrize("mode", ["ECMP", "ADAPTIVE", "SPRAY", "FLOWLET"])
+def test_every_packet_sent_is_delivered_or_counted_as_dropped(mode):
+    # Shallow buffers and a scattered ring under ECMP collisions: some packets must be dropped.
+    fabric = fat_tree(8, rate_bps=100_000_000_000)
+    spec = packet_spec(
+        [ring(128, 4 << 20)], mode, buffer_bytes=16 * 4178, lb={"seed": 1, "flowlet_gap_ns": 1000}
+    )
+    outcome = run_simulation(spec, fabric)
+    stats = outcome.packets
+    assert stats.injected == stats.delivered + stats.dropped
+    total = int(outcome.flows.size_bytes.sum())
+    assert stats.delivered_bytes <= total
+    if stats.dropped == 0:
+        assert stats.delivered_bytes == total
+    assert stats.dropped == int(outcome.channels.drops.sum())
+    assert (outcome.flows.finish_ns >= 0).all()  # every flow accounted for
+    if mode == "ECMP":
+        assert stats.dropped > 0
+        assert any("dropped" in note for note in outcome.model_notes)
+
+
+def test_a_run_is_deterministic_for_a_seed():
+    spec = packet_spec([ring(16, 1 << 20, "RANDOM")], "SPRAY", seed=5, lb={"spray_random": True})
+    first, second = run_simulation(spec, FAT_TREE), run_simulation(spec, FAT_TREE)
+    assert first.makespan_ns == second.makespan_ns
+    assert np.array_equal(first.series.bytes, second.series.bytes)
+    assert first.packets.out_of_order == second.packets.out_of_order
+
+
+def test_spraying_reorders_and_the_nic_reorder_buffer_is_reported_while_ecmp_keeps_order():
+    spec = packet_spec([ring(16, 2 << 20, "RANDOM")], "SPRAY", seed=2, lb={"spray_random": True})
+    sprayed = run_simulation(spec, FAT_TREE)
+    assert sprayed.packets.out_of_order > 0
+    assert sprayed.packets.reorder_peak_bytes > 0
+    assert sum(sprayed.packets.reorder_histogram) == sprayed.packets.delivered
+    pinned = run_simulation({**spec, "load_balancing": {"mode": "ECMP"}}, FAT_TREE)
+    assert pinned.packets.out_of_order == 0
+    assert pinned.packets.reorder_peak_bytes == 0
+
+
+def test_flowlets_with_a_long_gap_never_move_a_flow_and_a_zero_gap_behaves_per_packet():
+    spec = packet_spec([ring(16, 2 << 20, "RANDOM")], "FLOWLET", seed=2, lb={"flowlet_gap_ns": 10**12})
+    held = run_simulation(spec, FAT_TREE)
+    assert held.packets.out_of_order == 0
+    spec["load_balancing"]["flowlet_gap_ns"] = 0
+    moving = run_simulation(spec, FAT_TREE)
+    assert moving.packets.out_of_order > 0
+
+
+def test_series_carry_bytes_queues_and_drops_that_add_up_to_the_totals():
+    fabric = fat_tree(8, rate_bps=100_000_000_000)
+    spec = packet_spec([ring(128, 2 << 20)], "ECMP", buffer_bytes=16 * 4178, lb={"seed": 1})
+    outcome = run_simulation(spec, fabric)
+    series = outcome.series
+    assert np.allclose(series.bytes.sum(axis=1), outcome.channels.bytes, atol=series.bytes.shape[1])
+    assert np.array_equal(series.drops.sum(axis=1), outcome.channels.drops)
+    assert np.array_equal(series.peak_queue_bytes.max(axis=1), outcome.channels.peak_queue_bytes)
+    assert (series.mean_queue_bytes <= series.peak_queue_bytes + 1e-6).all()
+    assert series.bytes.shape[1] <= 512
+
+
+def test_memory_follows_the_packets_in_flight_not_the_packets_of_the_run():
+    outcome = run_simulation(packet_spec([ring(16, 16 << 20)], "SPRAY"), FAT_TREE)
+    assert outcome.packets.peak_in_flight < outcome.packets.delivered / 20
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"mtu_bytes": 0}, "mtu_bytes"),
+        ({"buffer_bytes": 1000}, "buffer_bytes"),
+        ({"sample_interval_ns": 1, "jobs": [ring(16, 256 << 20)]}, "sample_interval_ns"),
+        ({"jobs": [ring(16, 1 << 20, hosts=["host-0", "nowhere"], rank_count=0)]}, "nowhere"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work_naming_the_field(changes, field):
+    with pytest.raises(InvalidArgument, match=field):
+        run_simulation({**packet_spec([ring(16, 1 << 20)]), **changes}, FAT_TREE)
+
+
+def test_a_cancelled_run_stops():
+    calls = []
+
+    def progress(fraction: float) -> bool:
+        calls.append(fraction)
+        return False
+
+    with pytest.raises(Cancelled):
+        run_simulation(packet_spec([ring(16, 64 << 20)]), FAT_TREE, progress)
+    assert calls
