@@ -84,6 +84,8 @@ def _base_spec(scenario: scenario_pb2.Scenario) -> simulation_pb2.SimulationSpec
         seed=scenario.seed,
         mtu_bytes=scenario.mtu_bytes,
         buffer_bytes=scenario.buffer_bytes,
+        switch_latency_ns=scenario.switch_latency_ns,
+        header_bytes=scenario.header_bytes,
     )
     if scenario.HasField("roce"):
         spec.roce.CopyFrom(scenario.roce)

@@ -41,6 +41,8 @@ _UPDATABLE = {
     "store_telemetry",
     "mtu_bytes",
     "buffer_bytes",
+    "switch_latency_ns",
+    "header_bytes",
 }
 
 

@@ -1,9 +1,10 @@
 """The simulator's calls to other FabricTwin services: topology snapshots in, telemetry series out.
 
-- `SnapshotSource` fetches `GetFabricSnapshot` from the topology service and caches snapshots by
+- `SnapshotSource` fetches `StreamFabricSnapshot` from the topology service and caches snapshots by
   (fabric, routing_version); a cheap `GetFabric` tells whether the cached routing is current.
 - `export_series` writes a run's per-channel series to the telemetry service as a SIMULATED
-  source: columns METRIC_TX_BYTES and METRIC_UTILISATION (COUNTER_KIND_DELTA), one port per
+  source: columns METRIC_TX_BYTES and METRIC_UTILISATION, plus METRIC_QUEUE_DEPTH_BYTES (mean per
+  interval) and METRIC_DROPS at PACKET fidelity (all COUNTER_KIND_DELTA), one port per
   channel named like `leaf-0->spine-1`, sample times from the start of the simulation.
 
 Peers' errors become domain errors naming what the caller sent (`spec.fabric`).
@@ -55,12 +56,16 @@ class SnapshotSource:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-            message = await stub.GetFabricSnapshot(
-                topology_pb2.GetFabricSnapshotRequest(name=fabric), metadata=self._metadata
-            )
+            # Streamed in chunks, so that a snapshot of any size arrives (a k=32 fat-tree is ~16 MB).
+            chunks = [
+                part.data
+                async for part in stub.StreamFabricSnapshot(
+                    topology_pb2.StreamFabricSnapshotRequest(name=fabric), metadata=self._metadata
+                )
+            ]
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, f"topology ({self._address})", "spec.fabric") from exc
-        snapshot = FabricSnapshot.from_proto(message)
+        snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(b"".join(chunks)))
         self._cache[(fabric, snapshot.routing_version)] = snapshot
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -84,6 +89,12 @@ def _batches(
             last = min(first + per_batch, len(names))
             count = last - first
             delta = telemetry_pb2.COUNTER_KIND_DELTA
+            columns = [
+                (telemetry_pb2.METRIC_TX_BYTES, series.bytes),
+                (telemetry_pb2.METRIC_UTILISATION, series.utilisation),
+                (telemetry_pb2.METRIC_QUEUE_DEPTH_BYTES, series.mean_queue_bytes),  # PACKET only
+                (telemetry_pb2.METRIC_DROPS, series.drops),  # PACKET only
+            ]
             yield telemetry_pb2.IngestSamplesRequest(
                 batch=telemetry_pb2.SampleBatch(
                     source=source,
@@ -92,15 +103,12 @@ def _batches(
                     time_ns=to_numeric_array(np.tile(times, count)),
                     columns=[
                         telemetry_pb2.SampleColumn(
-                            metric=telemetry_pb2.METRIC_TX_BYTES,
+                            metric=metric,
                             counter_kind=delta,
-                            values=to_numeric_array(series.bytes[first:last].astype(np.float64).ravel()),
-                        ),
-                        telemetry_pb2.SampleColumn(
-                            metric=telemetry_pb2.METRIC_UTILISATION,
-                            counter_kind=delta,
-                            values=to_numeric_array(series.utilisation[first:last].ravel()),
-                        ),
+                            values=to_numeric_array(values[first:last].astype(np.float64).ravel()),
+                        )
+                        for metric, values in columns
+                        if values is not None
                     ],
                 )
             )

@@ -31,13 +31,17 @@ def _is_run(name: str) -> bool:
 def _create(client: Client, args: argparse.Namespace) -> int:
     scenario = client.scenarios.create(
         args.fabric,
-        [job_from_args(args)],
+        [job_from_args(args, client)],
         modes_from_args(args),
         scenario_id=args.id,
         display_name=args.display_name,
         fidelity=args.fidelity,
         transport=args.transport,
         seed=args.seed,
+        mtu_bytes=args.mtu,
+        buffer_bytes=args.buffer,
+        header_bytes=args.header_bytes,
+        switch_latency_ns=args.switch_latency_ns,
         store_telemetry=args.store_telemetry,
     )
     emit(args, scenario, lambda s: scenarios_table([s]))

@@ -53,6 +53,12 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
         default="ring",
         help="collective algorithm",
     )
+    parser.add_argument(
+        "--pattern",
+        default="",
+        help="point_to_point only: 'shift:N' sends --size from host i to host i+N (mod the hosts), "
+        "over the --ranks first hosts of the fabric (all hosts if --ranks is 0) or --hosts",
+    )
     parser.add_argument("--qps", type=int, default=0, help="queue pairs per connection (default 1)")
     parser.add_argument("--iterations", type=int, default=0, help="back-to-back repetitions (default 1)")
     parser.add_argument(
@@ -70,12 +76,46 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
     parser.add_argument(
         "--transport", **choice(simulation_pb2.Transport), default=None, help="default rocev2"
     )
+    packet = parser.add_argument_group("packet fidelity")
+    packet.add_argument("--mtu", type=int, default=0, help="payload bytes per packet (default 4096)")
+    packet.add_argument("--buffer", type=size_arg, default=0, help="buffer per switch port (default 1MiB)")
+    packet.add_argument(
+        "--header-bytes", type=int, default=0, help="wire overhead per packet (default: RoCEv2 82, IB 26)"
+    )
+    packet.add_argument("--switch-latency-ns", type=int, default=0, help="forwarding latency per switch")
+    packet.add_argument(
+        "--spray-random", action="store_true", help="spray by a seeded random draw, not round-robin"
+    )
+    packet.add_argument(
+        "--flowlet-gap-ns", type=int, default=0, help="FLOWLET: idle gap that starts a new flowlet"
+    )
     parser.set_defaults(default_modes=default_modes)
 
 
-def job_from_args(args: argparse.Namespace) -> simulation_pb2.Job:
-    """The collective job the workload options describe."""
+def _pattern_job(args: argparse.Namespace, hosts: list[str], client: Client | None) -> simulation_pb2.Job:
+    kind, _, amount = args.pattern.partition(":")
+    if kind != "shift" or not amount.lstrip("-").isdigit():
+        raise InputError(f"--pattern {args.pattern!r}: expected shift:N")
+    if not hosts:
+        if client is None:
+            raise InputError("--pattern needs --hosts here")
+        hosts = [n.display_name for n in client.fabrics.nodes(args.fabric, kind="host")]
+        if args.ranks:
+            hosts = hosts[: args.ranks]
+    shift = int(amount)
+    flows = [
+        simulation_pb2.FlowSpec(source=h, destination=hosts[(i + shift) % len(hosts)], size_bytes=args.size)
+        for i, h in enumerate(hosts)
+        if hosts[(i + shift) % len(hosts)] != h
+    ]
+    return simulation_pb2.Job(collective=simulation_pb2.COLLECTIVE_POINT_TO_POINT, flows=flows)
+
+
+def job_from_args(args: argparse.Namespace, client: Client | None = None) -> simulation_pb2.Job:
+    """The collective job the workload options describe (`client` resolves --pattern's hosts)."""
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if args.pattern:
+        return _pattern_job(args, hosts, client)
     if not hosts and args.ranks <= 0:
         raise InputError("give --ranks N (placed by --placement) or --hosts H1,H2,...")
     return collective_job(
@@ -93,11 +133,16 @@ def job_from_args(args: argparse.Namespace) -> simulation_pb2.Job:
 def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
     """One LoadBalancing per --mode (duplicates dropped, order kept)."""
     modes = list(dict.fromkeys(args.mode or args.default_modes))
-    return [load_balancing(mode, seed=args.hash_seed) for mode in modes]
+    return [
+        load_balancing(
+            mode, seed=args.hash_seed, spray_random=args.spray_random, flowlet_gap_ns=args.flowlet_gap_ns
+        )
+        for mode in modes
+    ]
 
 
 def _simulate(client: Client, args: argparse.Namespace) -> int:
-    job = job_from_args(args)
+    job = job_from_args(args, client)
     modes = modes_from_args(args)
     started = []
     for lb in modes:
@@ -108,6 +153,10 @@ def _simulate(client: Client, args: argparse.Namespace) -> int:
         spec = simulation_spec(
             args.fabric, [job], lb, fidelity=args.fidelity, transport=args.transport, seed=args.seed
         )
+        spec.mtu_bytes = args.mtu
+        spec.buffer_bytes = args.buffer
+        spec.header_bytes = args.header_bytes
+        spec.switch_latency_ns = args.switch_latency_ns
         started.append(client.simulations.start(spec, simulation_id=simulation_id))
     if not args.wait:
         emit_list(args, started, simulations_table)

@@ -42,6 +42,10 @@ class ScenariosApi:
         sweeps: Iterable[scenario_pb2.Sweep] = (),
         seed: int = 0,
         store_telemetry: bool = False,
+        mtu_bytes: int = 0,
+        buffer_bytes: int = 0,
+        header_bytes: int = 0,
+        switch_latency_ns: int = 0,
     ) -> scenario_pb2.Scenario:
         """A scenario running `jobs` on `fabric` once per load-balancing mode (`["ecmp", "adaptive"]`)."""
         scenario = scenario_pb2.Scenario(
@@ -53,6 +57,10 @@ class ScenariosApi:
             sweeps=list(sweeps),
             seed=seed,
             store_telemetry=store_telemetry,
+            mtu_bytes=mtu_bytes,
+            buffer_bytes=buffer_bytes,
+            header_bytes=header_bytes,
+            switch_latency_ns=switch_latency_ns,
         )
         if fidelity is not None:
             scenario.fidelity = enum_value(simulation_pb2.Fidelity, fidelity, "fidelity")

@@ -67,6 +67,7 @@ def load_balancing(
     hash_destination_qp: bool = False,
     flowlet_gap_ns: int = 0,
     label: str = "",
+    spray_random: bool = False,
 ) -> common_pb2.LoadBalancing:
     """A LoadBalancing message from a mode name (`ecmp`, `adaptive`, `spray`, `flowlet`) and options.
 
@@ -81,6 +82,7 @@ def load_balancing(
         hash_destination_qp=hash_destination_qp,
         flowlet_gap_ns=flowlet_gap_ns,
         label=label,
+        spray_random=spray_random,
     )
     if ecmp_hash is not None:
         message.ecmp_hash = enum_value(common_pb2.EcmpHash, ecmp_hash, "ecmp_hash")

@@ -129,6 +129,8 @@ class Scenario(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     MTU_BYTES_FIELD_NUMBER: _builtins.int
     BUFFER_BYTES_FIELD_NUMBER: _builtins.int
+    SWITCH_LATENCY_NS_FIELD_NUMBER: _builtins.int
+    HEADER_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name."""
     display_name: _builtins.str
@@ -147,6 +149,10 @@ class Scenario(_message.Message):
     """Packet settings: payload per packet."""
     buffer_bytes: _builtins.int
     """Packet settings: buffer per port."""
+    switch_latency_ns: _builtins.int
+    """Packet settings: forwarding latency per switch."""
+    header_bytes: _builtins.int
+    """Packet settings: wire bytes per packet beyond the payload (0 = the transport's)."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_simulation_pb2.Job]:
         """Jobs."""
@@ -194,10 +200,12 @@ class Scenario(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         mtu_bytes: _builtins.int = ...,
         buffer_bytes: _builtins.int = ...,
+        switch_latency_ns: _builtins.int = ...,
+        header_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "infiniband", b"infiniband", "roce", b"roce"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "infiniband", b"infiniband", "jobs", b"jobs", "modes", b"modes", "mtu_bytes", b"mtu_bytes", "name", b"name", "roce", b"roce", "seed", b"seed", "store_telemetry", b"store_telemetry", "sweeps", b"sweeps", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "modes", b"modes", "mtu_bytes", b"mtu_bytes", "name", b"name", "roce", b"roce", "seed", b"seed", "store_telemetry", b"store_telemetry", "sweeps", b"sweeps", "switch_latency_ns", b"switch_latency_ns", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
