@@ -103,9 +103,14 @@ class _Arrays:
         flows = workload.flow_count
         destinations, dest_slot = np.unique(workload.flow_destination, return_inverse=True)
         self.num_dest = len(destinations)
-        # Equal-cost groups of every (node, destination slot), DOWN channels already removed.
-        node_of = np.repeat(np.arange(n_nodes, dtype=np.int64), self.num_dest)
-        dest_of = np.tile(destinations.astype(np.int64), n_nodes)
+        # Equal-cost groups of every (switch, destination slot), DOWN channels already removed. Only
+        # switches choose (a NIC's QP is bound to its port), so hosts get no rows: a table a quarter
+        # the size, which the per-hop lookup reads from cache more often.
+        switches = np.flatnonzero(snapshot.node_kind == _NODE_KIND_SWITCH)
+        self.node_row = np.full(n_nodes, -1, dtype=np.int32)
+        self.node_row[switches] = np.arange(len(switches), dtype=np.int32)
+        node_of = np.repeat(switches.astype(np.int64), self.num_dest)
+        dest_of = np.tile(destinations.astype(np.int64), len(switches))
         start, size = walker.groups(node_of, dest_of)
         self.g_off = np.zeros(len(size) + 1, dtype=np.int64)
         np.cumsum(size, out=self.g_off[1:])
@@ -161,12 +166,11 @@ class _Arrays:
         if config.mode == LoadBalancingMode.ECMP:
             self.f_first_ch = self.path_ch[self.f_path_off]
         else:  # a QP is bound to one NIC port: the LFT choice toward its destination
-            host_key = (
-                snapshot.host_nodes[workload.flow_source].astype(np.int64) * self.num_dest + self.f_dst_slot
-            )
-            if (self.g_off[host_key + 1] == self.g_off[host_key]).any():
+            source_nodes = snapshot.host_nodes[workload.flow_source].astype(np.int64)
+            first, count = walker.groups(source_nodes, workload.flow_destination.astype(np.int64))
+            if (count == 0).any():
                 raise FailedPrecondition("a source host has no route to its destination (all uplinks down)")
-            self.f_first_ch = self.g_ch[self.g_off[host_key]]
+            self.f_first_ch = walker.channels[first]
         self.f_first_ch = self.f_first_ch.astype(np.int32)
         self.act_next = np.full(flows, -1, dtype=np.int32)
         self.act_prev = np.full(flows, -1, dtype=np.int32)

@@ -117,6 +117,7 @@ def run_events(
     s_qint,
     s_drops,
     # routing: equal-cost next channels of (node, destination slot)
+    node_row,
     g_off,
     g_ch,
     num_dest,
@@ -349,15 +350,18 @@ def run_events(
         return best
 
     def choose(node, p, f, now):
-        key = node * num_dest + f_dst_slot[f]
+        if mode == MODE_ECMP:  # pinned: the path was hashed once per flow, no group lookup
+            return path_ch[f_path_off[f] + p_hop[p]]
+        row = node_row[node]
+        if row < 0:  # a host that is not the destination: hosts do not forward
+            return -1
+        key = row * num_dest + f_dst_slot[f]
         start = g_off[key]
         end = g_off[key + 1]
         if end == start:
             return -1
         if end - start == 1:
             return g_ch[start]
-        if mode == MODE_ECMP:
-            return path_ch[f_path_off[f] + p_hop[p]]
         if mode == MODE_ADAPTIVE:
             return least_loaded(start, end, now)
         if mode == MODE_FLOWLET:
