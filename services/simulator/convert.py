@@ -60,7 +60,7 @@ def _job_from_proto(index: int, job: simulation_pb2.Job) -> domain.JobSpec:
         start_ns=job.start_ns,
         qps_per_connection=job.qps_per_connection or 1,
         iterations=job.iterations or 1,
-        chunks=job.chunks or 1,
+        chunks=job.chunks,
         flows=tuple(
             domain.PointToPointFlow(f.source, f.destination, f.size_bytes, f.start_ns) for f in job.flows
         ),

@@ -45,29 +45,32 @@ class FlowRoutes:
 
 
 class _Walker:
-    """Route groups of a snapshot with DOWN channels removed, and per-channel hop costs."""
+    """Route groups of a snapshot with DOWN channels removed, and per-channel hop costs.
+
+    `groups(nodes, destinations)` gives (start, size) slices of `channels`, LFT channel first
+    (FabricSnapshot.route_groups, with the channels of DOWN links squeezed out of every slice).
+    """
 
     def __init__(self, snapshot: FabricSnapshot, switch_latency_ns: int) -> None:
         self.snapshot = snapshot
         self.hosts = snapshot.num_hosts
         self.target = snapshot.channel_target().astype(np.int64)
         channel_up = np.repeat(snapshot.link_state != _LINK_STATE_DOWN, 2)
-        offsets = np.asarray(snapshot.route_offsets, dtype=np.int64)
-        channels = np.asarray(snapshot.route_next_channels, dtype=np.int64)
-        keep = channel_up[channels]
+        channels = np.asarray(snapshot.route_channels, dtype=np.int64)
+        keep = (channels >= 0) & channel_up[np.maximum(channels, 0)]
         self.channels = channels[keep]
-        kept_before = np.zeros(len(channels) + 1, dtype=np.int64)
-        np.cumsum(keep, out=kept_before[1:])
-        self.offsets = kept_before[offsets]
+        # A slice [a, a+n) of the snapshot's channels is [kept_before[a], kept_before[a+n]) here.
+        self._kept_before = np.zeros(len(channels) + 1, dtype=np.int64)
+        np.cumsum(keep, out=self._kept_before[1:])
         is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
         self.hop_ns = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2) + np.where(
             is_switch[self.target], switch_latency_ns, 0
         )
 
     def groups(self, nodes: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        key = nodes * self.hosts + destinations
-        start = self.offsets[key]
-        return start, self.offsets[key + 1] - start
+        start, size = self.snapshot.route_groups(nodes, destinations)
+        first = self._kept_before[start]
+        return first, self._kept_before[start + size] - first
 
     def _pair(self, sources: np.ndarray, destinations: np.ndarray) -> str:
         names, host_nodes = self.snapshot.node_names, self.snapshot.host_nodes

@@ -1,10 +1,12 @@
 """What a simulation achieved, assembled from an engine's raw output (shared by every fidelity).
 
 - Per job: completion time (last byte delivered minus job start), nccl-tests algbw = S / t and
-  busbw = algbw x factor (AllReduce 2(n-1)/n, ReduceScatter and AllGather (n-1)/n, point-to-point
-  1), in Gb/s; with several iterations t is the mean time of one iteration.
-- Ideal completion (`ideal_completion_ns`): the closed form on a non-blocking fabric at the hosts'
-  link rate, with the same payload-rate assumption as the engine.
+  busbw = algbw x factor (AllReduce 2(n-1)/n whatever the algorithm, ReduceScatter, AllGather and
+  AllToAll (n-1)/n, Broadcast and point-to-point 1), in Gb/s; with several iterations t is the
+  mean time of one iteration.
+- Ideal completion (`ideal_completion_ns`): for rings the closed form on a non-blocking fabric at
+  the hosts' link rate; for every other collective a lower bound (bandwidth and critical path),
+  both with the same payload-rate assumption as the engine.
 - Per channel that carried traffic: bytes, mean utilisation over the makespan, peak utilisation
   in any sample interval, number of flows crossing it, tier.
 - Skew of the leaf->spine uplinks ("tier2": channels from a tier-1 to a tier-2 switch, of the
@@ -17,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numba import njit
 
 from services.common.snapshot import FabricSnapshot
+from services.simulator.collectives import RING_COLLECTIVES
 from services.simulator.series import ChannelSeries
-from services.simulator.spec import Collective
+from services.simulator.spec import Algorithm, Collective
 from services.simulator.workload import JobPlan, Workload
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "UtilisationSkew",
     "bus_factor",
     "channel_totals",
+    "critical_path_ns",
     "ideal_completion_ns",
     "job_outcome",
     "uplink_skew",
@@ -136,7 +141,11 @@ class PacketStats:
 
 
 def bus_factor(collective: Collective, ranks: int) -> float:
-    """nccl-tests busbw / algbw for a collective over `ranks` ranks."""
+    """nccl-tests busbw / algbw for a collective over `ranks` ranks (whatever the algorithm).
+
+    >>> bus_factor(Collective.ALL_REDUCE, 8), bus_factor(Collective.ALL_TO_ALL, 8)
+    (1.75, 0.875)
+    """
     if collective == Collective.ALL_REDUCE:
         return 2 * (ranks - 1) / ranks
     if collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_TO_ALL):
@@ -155,6 +164,88 @@ def _host_rates(snapshot: FabricSnapshot) -> tuple[np.ndarray, np.ndarray]:
     return up[snapshot.host_nodes], down[snapshot.host_nodes]
 
 
+def _busiest_host_ns(
+    source: np.ndarray, destination: np.ndarray, sizes: np.ndarray, up: np.ndarray, down: np.ndarray
+) -> float:
+    """Bandwidth bound: the largest of every host's bytes out over its uplink and in over its downlink."""
+    host_out = np.bincount(source, weights=sizes, minlength=len(up))
+    host_in = np.bincount(destination, weights=sizes, minlength=len(up))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return max(float(np.nanmax(host_out * 8e9 / up)), float(np.nanmax(host_in * 8e9 / down)))
+
+
+@njit(cache=True)
+def _latest_arrival(first, release_ns, send_ns, latency_ns, dependent_offsets, dependents, needs_arrival):
+    # One pass in index order: transfers are topologically ordered, so when transfer i is reached
+    # every prerequisite has already raised ready[i] to its final value. -1.0 if an edge points
+    # backwards or out of the range (the order the workload promises is broken).
+    count = len(send_ns)
+    ready = release_ns.copy()
+    latest = 0.0
+    for i in range(count):
+        left = ready[i] + send_ns[i]
+        arrived = left + latency_ns[i]
+        latest = max(latest, arrived)
+        t = first + i
+        for e in range(dependent_offsets[t], dependent_offsets[t + 1]):
+            d = dependents[e] - first
+            if d <= i or d >= count:
+                return -1.0
+            waited = arrived if needs_arrival[e] else left
+            if waited > ready[d]:
+                ready[d] = waited
+    return latest
+
+
+def critical_path_ns(
+    workload: Workload,
+    first: int,
+    stop: int,
+    flow_latency_ns: np.ndarray,
+    up_bps: np.ndarray,
+    down_bps: np.ndarray,
+) -> float:
+    """Latest arrival (absolute ns) of transfers `first..stop-1` along their prerequisite chains.
+
+    Each transfer costs its bytes over the slower of its source's uplink and its destination's
+    downlink (`up_bps`, `down_bps`: rate per host) once its prerequisites allow, plus its route
+    latency (the smallest of its non-empty QP flows', 1 ns short; none if it carries no bytes)
+    before it has arrived; a dependent that only waits for it to have *left* skips the latency.
+    Contention is ignored, so no run is faster: this is the critical-path half of the lower
+    bound. The range must hold whole jobs (edges stay inside it). One compiled pass in
+    topological order (O(transfers + edges)).
+    """
+    offsets = workload.transfer_flow_offsets[first : stop + 1]
+    flows = slice(int(offsets[0]), int(offsets[-1]))
+    local = offsets - offsets[0]
+    sizes = workload.flow_size_bytes[flows]
+    cumulative = np.r_[0, np.cumsum(sizes)]
+    transfer_bytes = (cumulative[local[1:]] - cumulative[local[:-1]]).astype(np.float64)
+    head = offsets[:-1]  # first flow of each transfer: its source and destination hosts
+    rate = np.minimum(up_bps[workload.flow_source[head]], down_bps[workload.flow_destination[head]])
+    with np.errstate(divide="ignore"):
+        send_ns = transfer_bytes * 8e9 / rate
+    # Route latencies may come rounded up to whole ns (PACKET store-and-forward terms), so each
+    # counts 1 ns short: a bound must not overshoot by a rounding per link of a long chain.
+    latency = np.minimum.reduceat(
+        np.where(sizes > 0, flow_latency_ns[flows].astype(np.float64) - 1.0, np.inf), local[:-1]
+    )
+    latency[~np.isfinite(latency)] = 0.0  # an empty transfer arrives when it starts
+    latency = latency.clip(min=0.0)
+    latest = _latest_arrival(
+        first,
+        workload.transfer_release_ns[first:stop].astype(np.float64),
+        send_ns,
+        latency,
+        workload.dependent_offsets,
+        workload.dependents,
+        workload.dependent_needs_arrival,
+    )
+    if latest < 0:
+        raise AssertionError("transfers are not in topological order")
+    return float(latest)
+
+
 def ideal_completion_ns(
     plan: JobPlan,
     workload: Workload,
@@ -163,13 +254,20 @@ def ideal_completion_ns(
     snapshot: FabricSnapshot,
     payload_fraction: float = 1.0,
 ) -> int:
-    """Closed-form completion on a non-blocking fabric at the hosts' link rates.
+    """Ideal completion on a non-blocking fabric at the hosts' link rates (from the job's start).
 
-    Ring: every rank sends steps x S/n bytes in order, each step waiting one hop latency for its
-    input, so t = steps * (S/n) * 8 / R + the largest sum of `steps` consecutive ring-hop
-    latencies (R the slowest rank link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
+    Ring (AllReduce, ReduceScatter, AllGather by RING), the exact closed form: every rank sends
+    steps x S/n bytes in order, each step waiting one hop latency for its input, so t = steps *
+    (S/n) * 8 / R + the largest sum of `steps` consecutive ring-hop latencies (R the slowest rank
+    link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
     Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency))
     and each host's total bytes over its link rate.
+    Every other collective (tree, halving-doubling, AllToAll, broadcast), a LOWER BOUND: the larger
+    of the bandwidth bound (the busiest host link's bytes over its rate, either direction) and the
+    critical-path bound (`critical_path_ns`). No FLOW run finishes earlier, on any fabric. At
+    PACKET fidelity the route latencies charge one full packet's store-and-forward per hop after
+    the first, at the hosts' link rate, so the bound holds when transfers end in full packets,
+    switch links are no faster than host links and nothing is dropped.
     `payload_fraction` scales the link rate to the payload rate (PACKET fidelity: payload share of
     the wire bytes of a full packet).
     """
@@ -179,10 +277,7 @@ def ideal_completion_ns(
     source, destination = workload.flow_source[mine], workload.flow_destination[mine]
     sizes, latency = workload.flow_size_bytes[mine].astype(np.float64), flow_latency_ns[mine]
     if plan.collective == Collective.POINT_TO_POINT:
-        host_out = np.bincount(source, weights=sizes, minlength=len(up))
-        host_in = np.bincount(destination, weights=sizes, minlength=len(up))
-        with np.errstate(divide="ignore"):
-            busiest = max(float(np.max(host_out * 8e9 / up)), float(np.max(host_in * 8e9 / down)))
+        busiest = _busiest_host_ns(source, destination, sizes, up, down)
         transfers = np.flatnonzero(workload.transfer_job == job_index)
         first = transfers[: len(transfers) // plan.iterations]  # one repetition of every flow
         offsets = workload.transfer_flow_offsets
@@ -193,6 +288,13 @@ def ideal_completion_ns(
         release = workload.transfer_release_ns[first] - plan.start_ns
         chain = release + plan.iterations * (transfer_bytes * 8e9 / rate + flow_latency_ns[qp0])
         return int(np.ceil(max(busiest, float(chain.max()))))
+    if plan.collective not in RING_COLLECTIVES or plan.algorithm != Algorithm.RING:
+        transfers = np.flatnonzero(workload.transfer_job == job_index)  # one contiguous range
+        critical = critical_path_ns(
+            workload, int(transfers[0]), int(transfers[-1]) + 1, flow_latency_ns, up, down
+        )
+        busiest = _busiest_host_ns(source, destination, sizes, up, down)
+        return int(np.floor(max(busiest, critical - plan.start_ns)))  # a lower bound rounds down
     n = len(plan.hosts)
     steps = plan.steps_per_iteration * plan.iterations
     rate = float(min(up[plan.hosts].min(), down[plan.hosts].min()))

@@ -52,8 +52,8 @@ def model_notes(spec: SimulationSpec) -> list[str]:
         "end; no queues, drops, PFC or retransmissions.",
         "Payload moves at the link rate (RoCEv2/IB header overhead ignored); the ideal completion "
         "uses the same rate.",
-        "Ring steps wait per rank, not at a global barrier: a chunk is sent once it has arrived from "
-        "the previous rank and the rank's previous send on the connection has left.",
+        "Collective steps wait per rank, not at a global barrier: a chunk is sent once the data it "
+        "needs has arrived and the rank's previous send on the connection has left.",
     ]
     if lb.mode == LoadBalancingMode.ECMP:
         seeds = "the same seed on every switch" if lb.same_seed_everywhere else "a seed per switch"

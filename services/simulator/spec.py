@@ -101,7 +101,7 @@ class JobSpec:
     start_ns: int = 0
     qps_per_connection: int = 1
     iterations: int = 1
-    chunks: int = 1
+    chunks: int = 0  # 0: the algorithm's default (collectives.pipeline_chunks)
     flows: tuple[PointToPointFlow, ...] = ()
 
 
@@ -171,7 +171,41 @@ def _job_from_dict(data: JobSpec | Mapping[str, Any]) -> JobSpec:
     return JobSpec(**values)
 
 
-_RING_COLLECTIVES = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
+# Algorithms each collective can run (RING, the default, also stands for "the collective's own
+# pattern" where there is no choice: AllToAll's direct sends, Broadcast's ring pipeline).
+_ALGORITHMS = {
+    Collective.ALL_REDUCE: (Algorithm.RING, Algorithm.DOUBLE_BINARY_TREE, Algorithm.HALVING_DOUBLING),
+    Collective.REDUCE_SCATTER: (Algorithm.RING,),
+    Collective.ALL_GATHER: (Algorithm.RING,),
+    Collective.ALL_TO_ALL: (Algorithm.RING,),
+    Collective.BROADCAST: (Algorithm.RING,),
+}
+
+
+def _validate_algorithm(field: str, job: JobSpec, ranks: int) -> None:
+    if job.algorithm == Algorithm.SHARP:
+        raise InvalidArgument(
+            f"{field}.algorithm",
+            "SHARP needs InfiniBand transport and in-network reduction in the switches, which arrive "
+            "with issue #5; choose RING, DOUBLE_BINARY_TREE or HALVING_DOUBLING",
+        )
+    assert job.collective is not None
+    allowed = _ALGORITHMS[job.collective]
+    if job.algorithm not in allowed:
+        names = ", ".join(a.value for a in allowed)
+        raise InvalidArgument(
+            f"{field}.algorithm", f"{job.collective.value} cannot run {job.algorithm.value}; it takes {names}"
+        )
+    if job.algorithm == Algorithm.HALVING_DOUBLING:
+        if ranks & (ranks - 1):
+            raise InvalidArgument(
+                f"{field}.rank_count", f"HALVING_DOUBLING needs a power-of-two number of ranks, got {ranks}"
+            )
+        if job.chunks > 1:
+            raise InvalidArgument(
+                f"{field}.chunks",
+                f"HALVING_DOUBLING sends each step whole; chunks must be 0 or 1, got {job.chunks}",
+            )
 
 
 def _validate_job(index: int, job: JobSpec) -> None:
@@ -199,14 +233,6 @@ def _validate_job(index: int, job: JobSpec) -> None:
         raise InvalidArgument(f"{field}.flows", "only POINT_TO_POINT jobs take flows")
     if job.size_bytes <= 0:
         raise InvalidArgument(f"{field}.size_bytes", f"must be > 0, got {job.size_bytes}")
-    if job.collective not in _RING_COLLECTIVES:
-        raise InvalidArgument(
-            f"{field}.collective", f"{job.collective.value} is not supported at FLOW fidelity yet"
-        )
-    if job.algorithm != Algorithm.RING:
-        raise InvalidArgument(
-            f"{field}.algorithm", f"{job.algorithm.value} is not supported at FLOW fidelity yet"
-        )
     ranks = len(job.hosts) or job.rank_count
     if job.hosts and job.rank_count and job.rank_count != len(job.hosts):
         raise InvalidArgument(
@@ -216,6 +242,7 @@ def _validate_job(index: int, job: JobSpec) -> None:
         raise InvalidArgument(f"{field}.rank_count", f"a collective needs at least 2 ranks, got {ranks}")
     if len(set(job.hosts)) != len(job.hosts):
         raise InvalidArgument(f"{field}.hosts", "lists a host more than once")
+    _validate_algorithm(field, job, ranks)
 
 
 def validate_spec(spec: SimulationSpec) -> None:

@@ -3,21 +3,16 @@
 A *transfer* is the data one rank sends to another in one step (and chunk) of a collective; it is
 carried by `qps_per_connection` *flows*, one per queue pair, each with its own UDP source port, so
 ECMP sees them as different flows. A transfer starts when all its prerequisite transfers have
-arrived; its flows start together.
+arrived (or, for the previous send on the same connection, left); its flows start together.
 
-Ring collectives (n ranks, rank i sends to rank (i+1) % n over one connection):
+Transfers are in TOPOLOGICAL order: every prerequisite has a lower index than its dependents
+(jobs are concatenated, each job's transfers in its generator's topological order), so a single
+pass in index order meets every prerequisite first (results.py's critical path relies on it).
 
-- AllReduce = reduce-scatter + all-gather: 2(n-1) steps; ReduceScatter and AllGather: n-1 steps.
-  In step s rank i sends segment (i - s) mod n of the message, S/n bytes (S split into n integer
-  segments), optionally in `chunks` pieces.
-- Dependencies, per rank and not a global barrier: chunk k of step s+1 of rank i starts when rank
-  i has *received* chunk k of step s from rank i-1 (the data it forwards or reduces), and when its
-  own previous send on the connection has left its NIC (a connection sends in order).
-- `iterations` repeat the collective back to back over the same connections (same QPs, so the
-  same ECMP paths: sequential flowlets); the steps simply continue.
-
-POINT_TO_POINT jobs: each listed flow is a connection; its repetitions run back to back (the
-next starts when the previous one's last byte has left the source).
+Each collective's transfers and dependencies come from collectives.py (ring, double binary tree,
+halving-doubling, AllToAll, broadcast). POINT_TO_POINT jobs: each listed flow is a connection;
+its repetitions run back to back (the next starts when the previous one's last byte has left the
+source).
 
 QP numbers are derived from (spec seed, job, connection, QP index) with MurmurHash3, so a run is
 deterministic; the UDP source port is 49152 + (source QPN mod 16384).
@@ -30,9 +25,10 @@ import dataclasses
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
+from services.simulator.collectives import JobTransfers, collective_transfers, pipeline_chunks, split_bytes
 from services.simulator.ecmp_hash import murmur3_32
 from services.simulator.placement import HostDirectory, place_job
-from services.simulator.spec import Collective, JobSpec, SimulationSpec, job_labels
+from services.simulator.spec import Algorithm, Collective, JobSpec, SimulationSpec, job_labels
 
 __all__ = ["JobPlan", "Workload", "build_workload", "place_jobs", "split_bytes", "udp_source_port"]
 
@@ -49,8 +45,10 @@ class JobPlan:
     size_bytes: int  # S of nccl-tests (POINT_TO_POINT: bytes of one repetition of all flows)
     start_ns: int
     iterations: int
-    steps_per_iteration: int
+    steps_per_iteration: int  # ring steps; else transfers on the longest chain of one 1-chunk iteration
     flow_count: int
+    algorithm: Algorithm = Algorithm.RING
+    chunks: int = 1  # pipeline chunks actually used (`chunks` 0 resolved to the algorithm's default)
 
 
 @dataclasses.dataclass
@@ -81,12 +79,6 @@ class Workload:
         return int(self.flow_job.shape[0])
 
 
-def split_bytes(total: np.ndarray, parts: int, index: np.ndarray) -> np.ndarray:
-    """Piece `index` of `total` bytes split into `parts` integer pieces (the first ones 1 byte larger)."""
-    total = np.asarray(total, dtype=np.int64)
-    return total // parts + (np.asarray(index) < total % parts)
-
-
 def udp_source_port(qp_number: np.ndarray) -> np.ndarray:
     """RoCEv2 UDP source port of a QP: 49152 + (QPN mod 16384)."""
     return (ROCEV2_SOURCE_PORT_BASE + np.asarray(qp_number, dtype=np.int64) % 16384).astype(np.int32)
@@ -102,45 +94,7 @@ def _qp_numbers(seed: int, job: int, connection: np.ndarray, qp: np.ndarray, rol
     return (hashes.astype(np.int64) % (2**24 - 2) + 2).astype(np.uint32)
 
 
-@dataclasses.dataclass
-class _Part:
-    """One job's transfers with job-local transfer indices."""
-
-    sizes: np.ndarray  # int64 [T], transfer bytes
-    source: np.ndarray  # int64 [T]
-    destination: np.ndarray  # int64 [T]
-    connection: np.ndarray  # int64 [T]
-    release_ns: np.ndarray  # int64 [T]
-    edges: np.ndarray  # int64 [E, 3]: (prerequisite, dependent, 1 if it must have arrived else 0)
-
-
-def _ring_part(hosts: np.ndarray, job: JobSpec, steps: int) -> _Part:
-    n, chunks, iterations = len(hosts), max(1, job.chunks), max(1, job.iterations)
-    total_steps = steps * iterations
-    t = np.arange(total_steps * n * chunks, dtype=np.int64)
-    step, rank, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
-    segment = (rank - step % steps) % n
-    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[segment]
-    sizes = split_bytes(segment_bytes, chunks, chunk)
-    # A connection sends in order: transfer t waits for the previous one of the same rank.
-    in_order = np.where(chunk > 0, t - 1, ((step - 1) * n + rank) * chunks + chunks - 1)
-    has_previous = (step > 0) | (chunk > 0)
-    order_edges = np.stack([in_order[has_previous], t[has_previous], 0 * t[has_previous]], axis=1)
-    # ... and for chunk k of step s-1 to have arrived from rank i-1.
-    later = step > 0
-    received = ((step - 1) * n + (rank - 1) % n) * chunks + chunk
-    receipt_edges = np.stack([received[later], t[later], 1 + 0 * t[later]], axis=1)
-    return _Part(
-        sizes=sizes,
-        source=hosts[rank],
-        destination=hosts[(rank + 1) % n],
-        connection=rank,
-        release_ns=np.full(len(t), job.start_ns, dtype=np.int64),
-        edges=np.concatenate([order_edges, receipt_edges]),
-    )
-
-
-def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> _Part:
+def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> JobTransfers:
     field = f"jobs[{index}].flows"
     source = np.array([directory.lookup(f.source, f"{field}[{j}].source") for j, f in enumerate(job.flows)])
     destination = np.array(
@@ -150,7 +104,7 @@ def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> 
     t = np.arange(m * iterations, dtype=np.int64)
     flow = t % m
     later = t >= m
-    return _Part(
+    return JobTransfers(
         sizes=np.array([f.size_bytes for f in job.flows], dtype=np.int64)[flow],
         source=source[flow].astype(np.int64),
         destination=destination[flow].astype(np.int64),
@@ -158,10 +112,6 @@ def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> 
         release_ns=job.start_ns + np.array([f.start_ns for f in job.flows], dtype=np.int64)[flow],
         edges=np.stack([t[later] - m, t[later], 0 * t[later]], axis=1),
     )
-
-
-def _ring_steps(collective: Collective, n: int) -> int:
-    return 2 * (n - 1) if collective == Collective.ALL_REDUCE else n - 1
 
 
 def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarray]:
@@ -189,14 +139,13 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
     directory = HostDirectory(snapshot)
     labels = job_labels(spec.jobs)
     plans: list[JobPlan] = []
-    parts: list[_Part] = []
+    parts: list[JobTransfers] = []
     for index, (job, hosts) in enumerate(zip(spec.jobs, place_jobs(spec, snapshot), strict=True)):
         if job.collective == Collective.POINT_TO_POINT:
             part = _point_to_point_part(directory, index, job)
             size, steps = int(sum(f.size_bytes for f in job.flows)), 1
         else:
-            steps = _ring_steps(job.collective, len(hosts))
-            part = _ring_part(hosts, job, steps)
+            part, steps = collective_transfers(hosts, job)
             size = job.size_bytes
         qps = max(1, job.qps_per_connection)
         plans.append(
@@ -209,13 +158,15 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
                 iterations=max(1, job.iterations),
                 steps_per_iteration=steps,
                 flow_count=len(part.sizes) * qps,
+                algorithm=job.algorithm,
+                chunks=1 if job.collective == Collective.POINT_TO_POINT else pipeline_chunks(job),
             )
         )
         parts.append(part)
     return _assemble(spec, plans, parts)
 
 
-def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[_Part]) -> Workload:
+def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfers]) -> Workload:
     transfer_base = np.cumsum([0] + [len(p.sizes) for p in parts])
     total = int(transfer_base[-1])
     shifts = [np.array([base, base, 0]) for base in transfer_base[:-1]]

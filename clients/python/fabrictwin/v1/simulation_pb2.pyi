@@ -294,7 +294,9 @@ class Job(_message.Message):
     iterations: _builtins.int
     """Back-to-back repetitions between the same hosts (sequential flowlets); default 1."""
     chunks: _builtins.int
-    """Number of chunks the ring pipeline splits each step into (default 1)."""
+    """Chunks each transfer is pipelined in (0 = the algorithm's default: 1 for rings, halving-doubling
+    and AllToAll; one per MiB of a pipeline, at most 64, for tree and broadcast).
+    """
     @_builtins.property
     def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Hosts, one per rank, by name; if empty, `rank_count` hosts chosen by `placement`."""
