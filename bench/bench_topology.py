@@ -1,12 +1,15 @@
-"""Topology benchmarks: build and fully route fat-trees with minhop."""
+"""Topology benchmarks: build and fully route fat-trees with each engine; reroute k=32 after a failure."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from bench.registry import benchmark
+from services.topology.fabric import Fabric, LinkState
 from services.topology.generators import fat_tree
-from services.topology.routing import engine_named
+from services.topology.routing import diff_routes, engine_named
+from services.topology.snapshots import build_snapshot
 
 
 def _build_and_route(k: int, engine: str) -> dict:
@@ -15,13 +18,16 @@ def _build_and_route(k: int, engine: str) -> dict:
     built = time.perf_counter()
     routes = engine_named(engine).compute(fabric)
     done = time.perf_counter()
+    snapshot = build_snapshot(fabric, routes, "fabrics/bench", 1).to_proto()
     return {
         "seconds": round(done - start, 3),
         "build_seconds": round(built - start, 3),
         "route_seconds": round(done - built, 3),
         "hosts": int(fabric.num_hosts),
         "switches": int(fabric.num_switches),
-        "route_entries": int(routes.next_channels.shape[0]),
+        "distinct_groups": int(routes.table.group_offsets.shape[0] - 1),
+        "unreachable_pairs": int(routes.unreachable_pairs),
+        "snapshot_mb": round(snapshot.ByteSize() / 2**20, 1),
     }
 
 
@@ -30,6 +36,53 @@ def route_k16_minhop() -> dict:
     return _build_and_route(16, "minhop")
 
 
+@benchmark("topology.route.k16.ftree")
+def route_k16_ftree() -> dict:
+    return _build_and_route(16, "ftree")
+
+
 @benchmark("topology.route.k32.minhop")
 def route_k32_minhop() -> dict:
     return _build_and_route(32, "minhop")
+
+
+@benchmark("topology.route.k32.ftree")
+def route_k32_ftree() -> dict:
+    return _build_and_route(32, "ftree")
+
+
+@benchmark("topology.route.k32.updn")
+def route_k32_updn() -> dict:
+    return _build_and_route(32, "updn")
+
+
+def _fail(fabric: Fabric, name: str) -> tuple[Fabric, float, tuple[int, int], bool]:
+    """Reroute after link `name` goes down, as SetLinkState does: (fabric, seconds, diff, incremental)."""
+    router = engine_named("minhop")
+    routes = router.compute(fabric)
+    states = fabric.link_state.copy()
+    states[fabric.link_index(name)] = LinkState.DOWN
+    broken = dataclasses.replace(fabric, link_state=states)
+    start = time.perf_counter()
+    rerouted = router.reroute(broken, routes)
+    changed = diff_routes(fabric, routes, broken, rerouted, rerouted.changed_rows)
+    return broken, time.perf_counter() - start, changed, rerouted.incremental
+
+
+@benchmark("topology.reroute.k32")
+def reroute_k32() -> dict:
+    """minhop on a k=32 fat-tree: an edge-aggregation link fails (the timed figure), then, separately,
+    a core link and a host's only link (every switch's LFT balancing shifts: the worst case)."""
+    fabric = fat_tree(32)
+    _, seconds, (entries, switches), incremental = _fail(fabric, "pod3-agg5/p2<->pod3-edge1/p22")
+    _, core_seconds, _, _ = _fail(fabric, "core-17/p4<->pod3-agg1/p18")
+    _, host_seconds, (host_entries, _), _ = _fail(fabric, "pod7-edge2/p3<->pod7-edge2-h2/p1")
+    return {
+        "seconds": round(seconds, 3),
+        "incremental": incremental,
+        "changed_entries": entries,
+        "changed_switches": switches,
+        "core_link_seconds": round(core_seconds, 3),
+        "host_link_seconds": round(host_seconds, 3),
+        "host_link_changed_entries": host_entries,
+    }

@@ -19,7 +19,7 @@ async def build(config: ServiceConfig) -> tuple[list[ServiceDefinition], Cleanup
     engine = make_engine(config.resolved_database_url())
     store = TopologyStore(engine)
     store.create_tables()
-    servicer = TopologyServicer(FabricRegistry(store))
+    servicer = TopologyServicer(FabricRegistry(store), config.max_message_bytes)
 
     async def cleanup() -> None:
         engine.dispose()

@@ -22,7 +22,7 @@ import numpy as np
 from services.common.errors import InvalidArgument
 
 __all__ = [
-    "MAX_NODE_HOST_PAIRS",
+    "MAX_SWITCH_HOST_PAIRS",
     "Fabric",
     "LinkState",
     "NodeKind",
@@ -30,9 +30,9 @@ __all__ = [
     "link_display_names",
 ]
 
-# Routes are a CSR over (node, destination host); beyond this many pairs the offsets alone pass
-# 1.6 GB, so generators refuse such fabrics up front instead of failing half-way through routing.
-MAX_NODE_HOST_PAIRS = 200_000_000
+# Forwarding tables hold one LFT port per (switch, destination host) (uint8: 1 byte each); beyond this
+# many the tables pass 200 MB, so generators refuse such fabrics up front (k=32 has 10.5 million).
+MAX_SWITCH_HOST_PAIRS = 200_000_000
 
 
 class NodeKind(enum.IntEnum):

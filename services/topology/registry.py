@@ -1,9 +1,12 @@
-"""The topology service's core: fabrics in the store, routed fabrics cached in memory.
+"""The topology service's core: fabrics in the store, routed fabrics cached in memory, events out.
 
-Generation and routing are CPU-bound and SQL is blocking, so both run in threads
-(`asyncio.to_thread`): numpy releases the GIL in its kernels, which keeps the event loop answering,
-and routes (hundreds of MB for a k=32 fat-tree) never cross a process boundary. Routed fabrics are
-cached by (fabric id, routing_version); a restart recomputes routes from the stored engine name.
+Generation, import and routing are CPU-bound and SQL is blocking, so both run in threads
+(`asyncio.to_thread`): numpy releases the GIL in its kernels, which keeps the event loop answering.
+Routed fabrics are cached by (fabric id, routing_version); a restart recomputes routes from the
+stored engine name, link states and (for `file`) the stored dump. Changes to one fabric (link
+state, routes, updates, deletion) are serialised by a per-fabric lock, persisted, then published
+to WatchFabric subscribers. `routing_version` rises whenever a snapshot would differ: a forwarding
+table changed, or a link's state or bit error rate did.
 """
 
 from __future__ import annotations
@@ -12,29 +15,38 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from services.common.errors import AlreadyExists
+from services.common.errors import AlreadyExists, InvalidArgument
 from services.common.snapshot import FabricSnapshot
-from services.topology.fabric import Fabric, NodeKind
-from services.topology.generators import from_spec, normalise_spec
-from services.topology.routing import Routes, diff_routes, engine_named
+from services.topology.events import EventKind, FabricEvent, FabricEvents
+from services.topology.fabric import Fabric, LinkState
+from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
+from services.topology.lfts_dump import write_lfts_dump
+from services.topology.routing import FILE_ENGINE, Routes, diff_routes, engine_named
 from services.topology.snapshots import build_snapshot
+from services.topology.specs import from_spec, normalise_spec
 from services.topology.store import FabricRecord, TopologyStore
 
-__all__ = ["FabricRegistry", "RoutedFabric", "RoutingChange"]
+__all__ = ["FabricRegistry", "LinkChange", "RoutedFabric", "RoutingChange"]
+
+_NEEDS_DUMP = "the file engine needs a dump: use ComputeRoutes with lfts_dump"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class RoutedFabric:
-    """A fabric with the routes of one routing version."""
+    """A fabric with the routes of one routing version (never mutated: a change makes a new one)."""
 
     record: FabricRecord
     fabric: Fabric
     routes: Routes
+
+    @functools.cached_property
+    def snapshot_bytes(self) -> bytes:
+        """The serialized FabricSnapshot of this version (built once)."""
+        return self.snapshot().to_proto().SerializeToString()
 
     def snapshot(self) -> FabricSnapshot:
         return build_snapshot(
@@ -44,27 +56,46 @@ class RoutedFabric:
 
 @dataclasses.dataclass(frozen=True)
 class RoutingChange:
-    """What a ComputeRoutes did."""
+    """What a routing computation did."""
 
     routed: RoutedFabric
     changed_entries: int
     changed_switches: int
+
+    @property
+    def routes(self) -> Routes:
+        return self.routed.routes
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkChange:
+    """What a SetLinkState did: the link index after the change and the reroute."""
+
+    link: int
+    routing: RoutingChange
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _generate(spec: Mapping[str, Any], engine: str) -> tuple[Fabric, Routes]:
-    fabric = from_spec(spec)
-    return fabric, engine_named(engine).compute(fabric)
+def _check_engine(engine: str, field: str = "routing_engine") -> None:
+    if engine == FILE_ENGINE:
+        raise InvalidArgument(field, _NEEDS_DUMP)
+    engine_named(engine, field)
+
+
+def _route_new(fabric: Fabric, engine: str) -> Routes:
+    fabric.validate()
+    return engine_named(engine).compute(fabric)
 
 
 class FabricRegistry:
-    """Create, read, route and delete fabrics; `cache_size` routed fabrics stay in memory."""
+    """Create, import, read, route, change and delete fabrics; `cache_size` routed fabrics in memory."""
 
-    def __init__(self, store: TopologyStore, cache_size: int = 4) -> None:
+    def __init__(self, store: TopologyStore, cache_size: int = 4, events: FabricEvents | None = None) -> None:
         self.store = store
+        self.events = events or FabricEvents()
         self._cache: collections.OrderedDict[tuple[str, int], RoutedFabric] = collections.OrderedDict()
         self._cache_size = cache_size
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
@@ -81,6 +112,8 @@ class FabricRegistry:
         for key in [key for key in self._cache if key[0] == fabric_id]:
             del self._cache[key]
 
+    # -- creating -------------------------------------------------------------------------------
+
     async def create(
         self,
         fabric_id: str,
@@ -91,16 +124,58 @@ class FabricRegistry:
     ) -> RoutedFabric:
         """Generate, route and store a fabric (routing version 1); AlreadyExists if the id is taken."""
         spec = normalise_spec(spec)
-        engine_named(engine)  # reject unknown engines before the heavy work
+        _check_engine(engine)  # before the heavy work
         if await asyncio.to_thread(self.store.exists, fabric_id):
             raise AlreadyExists(f"fabrics/{fabric_id} already exists")
-        fabric, routes = await asyncio.to_thread(_generate, spec, engine)
+        fabric = await asyncio.to_thread(from_spec, spec)
+        return await self._add(fabric_id, display_name, fabric, engine, labels, spec=spec)
+
+    async def import_(
+        self,
+        fabric_id: str,
+        display_name: str,
+        format: str,
+        content: str,
+        engine: str,
+        *,
+        default_link_speed_gbps: float,
+        default_link_latency_ns: int,
+    ) -> RoutedFabric:
+        """Parse a dump (services.topology.formats), route and store it; nothing is stored on error."""
+        from services.topology.formats import import_fabric  # the formats package loads its parsers lazily
+
+        _check_engine(engine)
+        if await asyncio.to_thread(self.store.exists, fabric_id):
+            raise AlreadyExists(f"fabrics/{fabric_id} already exists")
+        fabric = await asyncio.to_thread(
+            functools.partial(
+                import_fabric,
+                format,
+                content,
+                default_link_speed_gbps=default_link_speed_gbps,
+                default_link_latency_ns=default_link_latency_ns,
+            )
+        )
+        return await self._add(fabric_id, display_name, fabric, engine, {}, imported_format=format)
+
+    async def _add(
+        self,
+        fabric_id: str,
+        display_name: str,
+        fabric: Fabric,
+        engine: str,
+        labels: Mapping[str, str],
+        *,
+        spec: dict[str, Any] | None = None,
+        imported_format: str | None = None,
+    ) -> RoutedFabric:
+        routes = await asyncio.to_thread(_route_new, fabric, engine)
         now = _now()
         record = FabricRecord(
             id=fabric_id,
             display_name=display_name,
             spec=spec,
-            imported_format=None,
+            imported_format=imported_format,
             labels=dict(labels),
             routing_engine=engine,
             routing_version=1,
@@ -113,6 +188,8 @@ class FabricRegistry:
         await asyncio.to_thread(self.store.add, record, fabric)
         return self._remember(RoutedFabric(record, fabric, routes))
 
+    # -- reading --------------------------------------------------------------------------------
+
     async def get(self, fabric_id: str) -> FabricRecord:
         return await asyncio.to_thread(self.store.get, fabric_id)
 
@@ -120,12 +197,6 @@ class FabricRegistry:
         """Up to `limit` records from `offset`, and whether more follow."""
         records = await asyncio.to_thread(self.store.list, offset, limit + 1)
         return records[:limit], len(records) > limit
-
-    async def delete(self, fabric_id: str) -> None:
-        async with self._locks[fabric_id]:
-            await asyncio.to_thread(self.store.delete, fabric_id)
-            self._forget(fabric_id)
-        self._locks.pop(fabric_id, None)
 
     async def routed(self, fabric_id: str) -> RoutedFabric:
         """The fabric with its current routes: from the cache, else loaded and routed again."""
@@ -135,25 +206,126 @@ class FabricRegistry:
             self._cache.move_to_end(key)
             return self._cache[key]
         async with self._locks[fabric_id]:
+            record = await self.get(fabric_id)
+            key = (fabric_id, record.routing_version)
             if key in self._cache:
                 return self._cache[key]
             fabric = await asyncio.to_thread(self.store.load_fabric, fabric_id)
-            routes = await asyncio.to_thread(engine_named(record.routing_engine).compute, fabric)
+            dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
+            router = engine_named(record.routing_engine, lfts_dump=dump)
+            routes = await asyncio.to_thread(router.compute, fabric)
             return self._remember(RoutedFabric(record, fabric, routes))
 
-    async def compute_routes(self, fabric_id: str, engine: str | None) -> RoutingChange:
-        """Recompute every table; the routing version rises only if some table changed."""
+    async def export(self, fabric_id: str, format: str) -> str:
+        """The fabric in a topology format (services.topology.formats), or its LFTs as an OpenSM dump."""
+        routed = await self.routed(fabric_id)
+        if format == LFTS_FORMAT:
+            routes = routed.routes
+            return await asyncio.to_thread(write_lfts_dump, routed.fabric, routes.lft_ports)
+        from services.topology.formats import export_fabric
+
+        return await asyncio.to_thread(export_fabric, routed.fabric, format)
+
+    # -- changing -------------------------------------------------------------------------------
+
+    async def delete(self, fabric_id: str) -> None:
+        """Delete the fabric; its watchers get FABRIC_DELETED and their streams end."""
+        async with self._locks[fabric_id]:
+            await asyncio.to_thread(self.store.delete, fabric_id)
+            self._forget(fabric_id)
+        self._locks.pop(fabric_id, None)
+        self.events.publish(FabricEvent(EventKind.FABRIC_DELETED, fabric_id, _now()))
+
+    async def compute_routes(self, fabric_id: str, engine: str | None, lfts_dump: str = "") -> RoutingChange:
+        """Recompute every table (with another engine if given; `file` needs `lfts_dump`).
+
+        The routing version rises only if some table, the engine or the dump changed.
+        """
         current = await self.routed(fabric_id)
         engine = engine or current.record.routing_engine
-        router = engine_named(engine)
+        if lfts_dump and engine != FILE_ENGINE:
+            raise InvalidArgument("lfts_dump", f"only the file engine reads a dump, not {engine}")
+        stored_dump = None
+        if engine == FILE_ENGINE and not lfts_dump:
+            stored_dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
+            if stored_dump is None:
+                raise InvalidArgument("lfts_dump", _NEEDS_DUMP)
+        router = engine_named(engine, lfts_dump=lfts_dump or stored_dump)
         async with self._locks[fabric_id]:
+            current = await self.routed(fabric_id)
             routes = await asyncio.to_thread(router.compute, current.fabric)
-            switches = np.flatnonzero(current.fabric.node_kind == NodeKind.SWITCH)
-            entries, changed_switches = await asyncio.to_thread(diff_routes, current.routes, routes, switches)
+            entries, switches = await asyncio.to_thread(
+                diff_routes, current.fabric, current.routes, current.fabric, routes
+            )
             record = current.record
-            if entries or engine != record.routing_engine:
+            if entries or engine != record.routing_engine or lfts_dump:
                 record = await asyncio.to_thread(
-                    self.store.set_routing, fabric_id, engine, record.routing_version + 1, _now()
+                    self.store.set_routing,
+                    fabric_id,
+                    engine,
+                    record.routing_version + 1,
+                    _now(),
+                    lfts_dump or None,
                 )
-            routed = self._remember(RoutedFabric(record, current.fabric, routes))
-        return RoutingChange(routed, entries, changed_switches)
+            change = RoutingChange(
+                self._remember(RoutedFabric(record, current.fabric, routes)), entries, switches
+            )
+        if record.routing_version != current.record.routing_version:
+            self.events.publish(FabricEvent(EventKind.ROUTES_CHANGED, fabric_id, _now(), routing=change))
+        return change
+
+    async def update(self, fabric_id: str, changes: Mapping[str, Any]) -> FabricRecord:
+        """Apply `display_name`, `labels` and/or `routing_engine` (which reroutes); the new record."""
+        if "routing_engine" in changes:
+            _check_engine(changes["routing_engine"], "fabric.routing_engine")
+        plain = {key: value for key, value in changes.items() if key in ("display_name", "labels")}
+        if plain:
+            await self.get(fabric_id)  # NotFound before anything changes
+            async with self._locks[fabric_id]:
+                record = await asyncio.to_thread(self.store.update_fabric, fabric_id, plain, _now())
+                for key, routed in list(self._cache.items()):  # same routes, new display name / labels
+                    if key == (fabric_id, record.routing_version):
+                        self._cache[key] = dataclasses.replace(routed, record=record)
+        if "routing_engine" in changes:
+            await self.compute_routes(fabric_id, changes["routing_engine"])
+        return await self.get(fabric_id)
+
+    async def set_link_state(self, fabric_id: str, link: int, state: LinkState, ber: float) -> LinkChange:
+        """Set one link's state (and bit error rate while DEGRADED), reroute incrementally, persist,
+        and publish LINK_STATE_CHANGED then ROUTES_CHANGED. Setting the state it has changes nothing."""
+        async with self._locks[fabric_id]:
+            current = await self.routed(fabric_id)
+            fabric = current.fabric
+            if not 0 <= link < fabric.num_links:
+                raise InvalidArgument("name", f"fabrics/{fabric_id} has no link {link}")
+            ber = ber if state == LinkState.DEGRADED else 0.0
+            if fabric.link_state[link] == state and fabric.link_ber[link] == ber:
+                unchanged = dataclasses.replace(current.routes, compute_ns=0, incremental=True)
+                return LinkChange(link, RoutingChange(dataclasses.replace(current, routes=unchanged), 0, 0))
+            states, bers = fabric.link_state.copy(), fabric.link_ber.copy()
+            states[link], bers[link] = state, ber
+            changed = dataclasses.replace(fabric, link_state=states, link_ber=bers)
+            dump = None
+            if current.record.routing_engine == FILE_ENGINE:
+                dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
+            router = engine_named(current.record.routing_engine, lfts_dump=dump)
+            routes = await asyncio.to_thread(router.reroute, changed, current.routes)
+            entries, switches = await asyncio.to_thread(
+                diff_routes, fabric, current.routes, changed, routes, routes.changed_rows
+            )
+            record = await asyncio.to_thread(
+                self.store.set_link_state,
+                fabric_id,
+                link,
+                int(state),
+                float(ber),
+                current.record.routing_version + 1,
+                _now(),
+            )
+            routing = RoutingChange(self._remember(RoutedFabric(record, changed, routes)), entries, switches)
+        now = _now()
+        self.events.publish(
+            FabricEvent(EventKind.LINK_STATE_CHANGED, fabric_id, now, link=link, routing=routing)
+        )
+        self.events.publish(FabricEvent(EventKind.ROUTES_CHANGED, fabric_id, now, routing=routing))
+        return LinkChange(link, routing)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import grpc
 import numpy as np
 from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
 from google.protobuf import json_format
 
-from services.common.errors import InvalidArgument, NotFound
+from services.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -18,28 +15,28 @@ from services.common.resources import (
     parse_name,
     validate_id,
 )
-from services.topology.fabric import Fabric, NodeKind, format_ipv4
+from services.topology.fabric import LinkState, NodeKind
+from services.topology.messages import (
+    IMPORT_FORMATS,
+    LFTS_FORMAT,
+    engine_name,
+    event_message,
+    fabric_message,
+    format_name,
+    link_message,
+    node_message,
+    node_name,
+    routing_summary,
+)
 from services.topology.registry import FabricRegistry, RoutedFabric
 from services.topology.routing import list_paths
 from services.topology.routing.tables import forwarding_table
-from services.topology.store import FabricRecord
 
 __all__ = ["TopologyServicer"]
 
 _DEFAULT_MAX_PATHS, _MAX_PATHS = 64, 4096
-
-
-def _engine_name(value: int, field: str) -> str | None:
-    """'minhop' for ROUTING_ENGINE_MINHOP; None for UNSPECIFIED."""
-    if value == topology_pb2.ROUTING_ENGINE_UNSPECIFIED:
-        return None
-    if value not in topology_pb2.RoutingEngine.values():
-        raise InvalidArgument(field, f"unknown routing engine {value}")
-    return topology_pb2.RoutingEngine.Name(value).removeprefix("ROUTING_ENGINE_").lower()
-
-
-def _engine_value(name: str) -> int:
-    return topology_pb2.RoutingEngine.Value("ROUTING_ENGINE_" + name.upper())
+_SNAPSHOT_CHUNK_BYTES = 1 << 20
+_UPDATABLE = ("display_name", "labels", "routing_engine")
 
 
 def _fabric_id(name: str, field: str = "name") -> str:
@@ -56,62 +53,13 @@ def _child(name: str, collection: str, field: str = "name") -> tuple[str, str]:
     return _fabric_id(parent, field), child
 
 
-def _fabric_message(record: FabricRecord) -> topology_pb2.Fabric:
-    message = topology_pb2.Fabric(
-        name=f"fabrics/{record.id}",
-        display_name=record.display_name,
-        host_count=record.host_count,
-        switch_count=record.switch_count,
-        link_count=record.link_count,
-        routing_engine=_engine_value(record.routing_engine),
-        routing_version=record.routing_version,
-        labels=record.labels,
-    )
-    if record.spec is not None:
-        json_format.ParseDict(record.spec, message.spec)
-    elif record.imported_format:
-        message.imported_format = topology_pb2.TopologyFormat.Value(
-            "TOPOLOGY_FORMAT_" + record.imported_format.upper()
-        )
-    message.create_time.FromDatetime(record.create_time)
-    message.update_time.FromDatetime(record.update_time)
-    return message
-
-
-def _node_name(fabric_id: str, fabric: Fabric, node: int) -> str:
-    return f"fabrics/{fabric_id}/nodes/{fabric.node_names[node]}"
-
-
-def _node_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Node:
-    return topology_pb2.Node(
-        name=_node_name(fabric_id, fabric, i),
-        index=i,
-        kind=int(fabric.node_kind[i]),
-        display_name=fabric.node_names[i],
-        tier=int(fabric.node_tier[i]),
-        radix=int(fabric.node_radix[i]),
-        guid=int(fabric.node_guid[i]),
-        lid=int(fabric.node_lid[i]),
-        rail=int(fabric.node_rail[i]),
-        group=int(fabric.node_group[i]),
-        ip_address=format_ipv4(fabric.node_ip[i]),
-    )
-
-
-def _link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
-    return topology_pb2.Link(
-        name=f"fabrics/{fabric_id}/links/{i}",
-        index=i,
-        node_a=_node_name(fabric_id, fabric, int(fabric.link_a[i])),
-        port_a=int(fabric.link_port_a[i]),
-        node_b=_node_name(fabric_id, fabric, int(fabric.link_b[i])),
-        port_b=int(fabric.link_port_b[i]),
-        speed_gbps=int(fabric.link_rate_bps[i]) / 1e9,
-        latency_ns=int(fabric.link_latency_ns[i]),
-        state=int(fabric.link_state[i]),
-        bit_error_rate=float(fabric.link_ber[i]),
-        display_name=fabric.link_names[i],
-    )
+def _link_index(routed: RoutedFabric, name: str, link: str) -> int:
+    """A link given by index or display name; NotFound naming it otherwise (AIP-131, as GetLink)."""
+    fabric = routed.fabric
+    index = int(link) if link.isdigit() else fabric.link_index(link)
+    if index is None or index >= fabric.num_links:
+        raise NotFound(f"{name} does not exist (no link {link!r} in fabrics/{routed.record.id})")
+    return index
 
 
 def _page(
@@ -139,28 +87,82 @@ def _node_index(routed: RoutedFabric, reference: str, field: str) -> int:
 class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
     """Translates TopologyService calls to the FabricRegistry."""
 
-    def __init__(self, registry: FabricRegistry) -> None:
+    def __init__(self, registry: FabricRegistry, max_message_bytes: int = 64 * 1024 * 1024) -> None:
         self.registry = registry
+        self.max_message_bytes = max_message_bytes
 
     async def CreateFabric(self, request, context):
         fabric_id = validate_id(request.fabric_id, "fabric_id") if request.fabric_id else new_id("fab")
         if len(request.display_name) > 256:
             raise InvalidArgument("display_name", "at most 256 characters")
         spec = json_format.MessageToDict(request.spec, preserving_proto_field_name=True)
-        engine = _engine_name(request.routing_engine, "routing_engine") or "minhop"
+        engine = engine_name(request.routing_engine, "routing_engine") or "minhop"
         routed = await self.registry.create(
             fabric_id, request.display_name, spec, engine, dict(request.labels)
         )
-        return _fabric_message(routed.record)
+        return fabric_message(routed.record)
+
+    async def ImportFabric(self, request, context):
+        fabric_id = validate_id(request.fabric_id, "fabric_id") if request.fabric_id else new_id("fab")
+        if len(request.display_name) > 256:
+            raise InvalidArgument("display_name", "at most 256 characters")
+        format = format_name(request.format)
+        if format not in IMPORT_FORMATS:
+            hint = " (forwarding tables: ComputeRoutes with the FILE engine)" if format == LFTS_FORMAT else ""
+            raise InvalidArgument(
+                "format", f"{format} cannot be imported; import one of {', '.join(IMPORT_FORMATS)}{hint}"
+            )
+        engine = engine_name(request.routing_engine, "routing_engine") or "minhop"
+        routed = await self.registry.import_(
+            fabric_id,
+            request.display_name,
+            format,
+            request.content,
+            engine,
+            default_link_speed_gbps=request.default_link_speed_gbps or 400.0,
+            default_link_latency_ns=request.default_link_latency_ns or 500,
+        )
+        return fabric_message(routed.record)
+
+    async def ExportFabric(self, request, context):
+        content = await self.registry.export(_fabric_id(request.name), format_name(request.format))
+        size = len(content.encode())
+        if size > self.max_message_bytes - 1024:
+            raise ResourceExhausted(f"the export is {size} bytes, over the limit of {self.max_message_bytes}")
+        return topology_pb2.ExportFabricResponse(content=content)
+
+    async def UpdateFabric(self, request, context):
+        fabric_id = _fabric_id(request.fabric.name, "fabric.name")
+        paths = list(request.update_mask.paths)
+        if not paths:
+            raise InvalidArgument("update_mask", "name the fields to update (AIP-134)")
+        changes = {}
+        for path in paths:
+            if path not in _UPDATABLE:
+                raise InvalidArgument(
+                    "update_mask", f"{path!r} cannot be updated; updatable: {list(_UPDATABLE)}"
+                )
+            if path == "display_name":
+                if len(request.fabric.display_name) > 256:
+                    raise InvalidArgument("fabric.display_name", "at most 256 characters")
+                changes[path] = request.fabric.display_name
+            elif path == "labels":
+                changes[path] = dict(request.fabric.labels)
+            else:
+                engine = engine_name(request.fabric.routing_engine, "fabric.routing_engine")
+                if engine is None:
+                    raise InvalidArgument("fabric.routing_engine", "choose an engine to update to")
+                changes[path] = engine
+        return fabric_message(await self.registry.update(fabric_id, changes))
 
     async def GetFabric(self, request, context):
-        return _fabric_message(await self.registry.get(_fabric_id(request.name)))
+        return fabric_message(await self.registry.get(_fabric_id(request.name)))
 
     async def ListFabrics(self, request, context):
         size, offset = page_size(request.page_size), decode_page_token(request.page_token)
         records, more = await self.registry.list(offset, size)
         return topology_pb2.ListFabricsResponse(
-            fabrics=[_fabric_message(r) for r in records],
+            fabrics=[fabric_message(r) for r in records],
             next_page_token=encode_page_token(offset + size) if more else "",
         )
 
@@ -176,7 +178,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         else:
             indices = np.flatnonzero(fabric.node_kind == request.kind)
         chosen, token = _page(indices, request.page_size, request.page_token, 500, 10_000)
-        nodes = [_node_message(fabric_id, fabric, i) for i in chosen.tolist()]
+        nodes = [node_message(fabric_id, fabric, i) for i in chosen.tolist()]
         return topology_pb2.ListNodesResponse(nodes=nodes, next_page_token=token)
 
     async def ListLinks(self, request, context):
@@ -187,20 +189,34 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         else:
             indices = np.flatnonzero(fabric.link_state == request.state)
         chosen, token = _page(indices, request.page_size, request.page_token, 500, 10_000)
-        links = [_link_message(fabric_id, fabric, i) for i in chosen.tolist()]
+        links = [link_message(fabric_id, fabric, i) for i in chosen.tolist()]
         return topology_pb2.ListLinksResponse(links=links, next_page_token=token)
 
     async def GetLink(self, request, context):
         fabric_id, link = _child(request.name, "links")
-        fabric = (await self.registry.routed(fabric_id)).fabric
-        index = int(link) if link.isdigit() else fabric.link_index(link)
-        if index is None or index >= fabric.num_links:
-            raise NotFound(f"{request.name} does not exist")
-        return _link_message(fabric_id, fabric, index)
+        routed = await self.registry.routed(fabric_id)
+        return link_message(fabric_id, routed.fabric, _link_index(routed, request.name, link))
 
     async def GetFabricSnapshot(self, request, context):
         routed = await self.registry.routed(_fabric_id(request.name))
-        return routed.snapshot().to_proto()
+        data = routed.snapshot_bytes
+        if len(data) > self.max_message_bytes - 1024:
+            raise ResourceExhausted(
+                f"the snapshot of {request.name} is {len(data)} bytes, over the "
+                f"{self.max_message_bytes}-byte message limit; use StreamFabricSnapshot"
+            )
+        return topology_pb2.FabricSnapshot.FromString(data)
+
+    async def StreamFabricSnapshot(self, request, context):
+        routed = await self.registry.routed(_fabric_id(request.name))
+        data = routed.snapshot_bytes
+        chunk = min(_SNAPSHOT_CHUNK_BYTES, self.max_message_bytes // 2)  # well within any client's limit
+        for start in range(0, max(len(data), 1), chunk):
+            yield topology_pb2.StreamFabricSnapshotResponse(
+                data=data[start : start + chunk],
+                total_bytes=len(data),
+                routing_version=routed.record.routing_version,
+            )
 
     async def ListPaths(self, request, context):
         routed = await self.registry.routed(_fabric_id(request.parent, "parent"))
@@ -220,7 +236,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return topology_pb2.ListPathsResponse(
             paths=[
                 topology_pb2.Path(
-                    nodes=[_node_name(fabric_id, fabric, n) for n in path.nodes],
+                    nodes=[node_name(fabric_id, fabric, n) for n in path.nodes],
                     links=path.links,
                     lft_path=path.lft,
                 )
@@ -242,7 +258,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         host_nodes = fabric.host_nodes
         entries = [
             topology_pb2.ForwardingEntry(
-                destination=_node_name(fabric_id, fabric, int(host_nodes[h])),
+                destination=node_name(fabric_id, fabric, int(host_nodes[h])),
                 destination_lid=int(fabric.node_lid[host_nodes[h]]),
                 port=int(table.lft_ports[e]),
                 ecmp_ports=table.ecmp_ports(e).tolist(),
@@ -256,34 +272,42 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
     async def ComputeRoutes(self, request, context):
         fabric_id = _fabric_id(request.name)
         change = await self.registry.compute_routes(
-            fabric_id, _engine_name(request.routing_engine, "routing_engine")
+            fabric_id, engine_name(request.routing_engine, "routing_engine"), request.lfts_dump
         )
-        record, routes = change.routed.record, change.routed.routes
-        return topology_pb2.RoutingSummary(
-            fabric=f"fabrics/{fabric_id}",
-            routing_engine=_engine_value(record.routing_engine),
-            routing_version=record.routing_version,
-            compute_ns=routes.compute_ns,
-            changed_entries=change.changed_entries,
-            changed_switches=change.changed_switches,
-            unreachable_pairs=routes.unreachable_pairs,
-            incremental=False,
-        )
-
-    # Issue #3: importers, exporters, updates, link state and events. Not domain errors: UNIMPLEMENTED.
-
-    async def ImportFabric(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ImportFabric: arrives with issue #3")
-
-    async def ExportFabric(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ExportFabric: arrives with issue #3")
-
-    async def UpdateFabric(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "UpdateFabric: arrives with issue #3")
+        return routing_summary(change)
 
     async def SetLinkState(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SetLinkState: arrives with issue #3")
+        fabric_id, link = _child(request.name, "links")
+        if request.state not in (
+            topology_pb2.LINK_STATE_UP,
+            topology_pb2.LINK_STATE_DOWN,
+            topology_pb2.LINK_STATE_DEGRADED,
+        ):
+            raise InvalidArgument("state", "must be LINK_STATE_UP, LINK_STATE_DOWN or LINK_STATE_DEGRADED")
+        ber = request.bit_error_rate
+        if request.state == topology_pb2.LINK_STATE_DEGRADED:
+            if not 0.0 < ber < 1.0:
+                raise InvalidArgument(
+                    "bit_error_rate", f"a DEGRADED link needs a bit error rate in (0, 1), got {ber}"
+                )
+        elif ber:
+            raise InvalidArgument("bit_error_rate", "only a DEGRADED link has a bit error rate")
+        routed = await self.registry.routed(fabric_id)
+        index = _link_index(routed, request.name, link)
+        change = await self.registry.set_link_state(fabric_id, index, LinkState(request.state), ber)
+        return topology_pb2.SetLinkStateResponse(
+            link=link_message(fabric_id, change.routing.routed.fabric, index),
+            routing=routing_summary(change.routing),
+        )
 
-    async def WatchFabric(self, request, context) -> AsyncIterator[topology_pb2.FabricEvent]:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "WatchFabric: arrives with issue #3")
-        yield topology_pb2.FabricEvent()  # unreachable; makes this a response stream
+    async def WatchFabric(self, request, context):
+        fabric_id = _fabric_id(request.name)
+        await self.registry.get(fabric_id)  # NotFound before subscribing
+        subscription = self.registry.events.subscribe(fabric_id)
+        try:
+            # Headers go out once the subscription is live: a client that waits for them misses nothing.
+            await context.send_initial_metadata(())
+            async for event in subscription:
+                yield event_message(event)
+        finally:
+            subscription.close()

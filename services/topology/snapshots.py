@@ -12,7 +12,8 @@ __all__ = ["build_snapshot", "route_and_snapshot"]
 
 
 def build_snapshot(fabric: Fabric, routes: Routes, name: str, routing_version: int) -> FabricSnapshot:
-    """The arrays of `fabric` and `routes` as a snapshot of resource `name` (`fabrics/{fabric}`)."""
+    """The arrays of `fabric` and `routes` (compact encoding, unused groups dropped) as a snapshot of
+    resource `name` (`fabrics/{fabric}`)."""
     if (routes.num_nodes, routes.num_hosts) != (fabric.num_nodes, fabric.num_hosts):
         raise ValueError("routes were computed for another fabric")
     hosts = fabric.host_nodes
@@ -32,8 +33,9 @@ def build_snapshot(fabric: Fabric, routes: Routes, name: str, routing_version: i
         link_state=fabric.link_state.astype(np.int8),
         link_ber=fabric.link_ber.astype(np.float64),
         link_names=list(fabric.link_names),
-        route_offsets=routes.offsets.astype(np.int64, copy=False),
-        route_next_channels=routes.next_channels.astype(np.int32, copy=False),
+        link_port_a=fabric.link_port_a.astype(np.int32),
+        link_port_b=fabric.link_port_b.astype(np.int32),
+        route_table=routes.table.compacted(),
     )
 
 

@@ -1,10 +1,14 @@
 """SQL store of fabrics: one row per fabric, node and link, so a restart loses nothing.
 
-Routes are not stored: they are recomputed on load from the stored engine name (routing is
-deterministic for a given fabric and engine), and `routing_version` is kept so clients see the same
-version after a restart. Rows are written in bulk (Core `insert()` with lists of dicts) inside one
-transaction, so a fabric is either stored whole or not at all. Tables are created on start
-(`metadata.create_all`); migrations arrive with Alembic. Works on SQLite and PostgreSQL.
+Routes are not stored: they are recomputed on load from the stored engine name and link states
+(routing is deterministic for a given fabric, link states and engine, and an incremental reroute
+equals a full one), and `routing_version` is kept so clients see the same version after a restart.
+Link state changes update the link row and the fabric's version in one transaction. The `file`
+engine's opensm-lfts.dump text is kept in its own table (one row per fabric routed by it).
+Rows are written in bulk (Core `insert()` with lists of dicts) inside one transaction, so a fabric
+is either stored whole or not at all. Tables are created on start (`metadata.create_all`; a new
+table appears in an old database, no existing table changes); migrations arrive with Alembic.
+Works on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    Text,
     delete,
     func,
     insert,
@@ -120,6 +125,14 @@ class TopologyStore:
             Column("state", SmallInteger, nullable=False),
             Column("ber", Float, nullable=False),
         )
+        self.routing_files = Table(
+            f"{p}routing_files",
+            self.metadata,
+            Column(
+                "fabric_id", String(63), ForeignKey(f"{p}fabrics.id", ondelete="CASCADE"), primary_key=True
+            ),
+            Column("content", Text, nullable=False),
+        )
 
     def create_tables(self) -> None:
         self.metadata.create_all(self.engine)
@@ -200,19 +213,63 @@ class TopologyStore:
     def delete(self, fabric_id: str) -> None:
         """Delete the fabric with its nodes and links; NotFound if there is none."""
         with self.engine.begin() as conn:
+            conn.execute(delete(self.routing_files).where(self.routing_files.c.fabric_id == fabric_id))
             conn.execute(delete(self.links).where(self.links.c.fabric_id == fabric_id))
             conn.execute(delete(self.nodes).where(self.nodes.c.fabric_id == fabric_id))
             gone = conn.execute(delete(self.fabrics).where(self.fabrics.c.id == fabric_id)).rowcount
             if not gone:
                 raise NotFound(f"fabrics/{fabric_id} does not exist")
 
-    def set_routing(self, fabric_id: str, engine: str, version: int, when: dt.datetime) -> FabricRecord:
-        """Record a new routing engine/version; returns the updated record."""
+    def set_routing(
+        self, fabric_id: str, engine: str, version: int, when: dt.datetime, lfts_dump: str | None = None
+    ) -> FabricRecord:
+        """Record a new routing engine/version (and the dump the file engine reads); the updated record."""
         with self.engine.begin() as conn:
             changed = conn.execute(
                 update(self.fabrics)
                 .where(self.fabrics.c.id == fabric_id)
                 .values(routing_engine=engine, routing_version=version, update_time=when)
+            ).rowcount
+            if changed and lfts_dump is not None:
+                conn.execute(delete(self.routing_files).where(self.routing_files.c.fabric_id == fabric_id))
+                conn.execute(insert(self.routing_files).values(fabric_id=fabric_id, content=lfts_dump))
+        if not changed:
+            raise NotFound(f"fabrics/{fabric_id} does not exist")
+        return self.get(fabric_id)
+
+    def routing_file(self, fabric_id: str) -> str | None:
+        """The opensm-lfts.dump the file engine routes this fabric with, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(self.routing_files.c.content).where(self.routing_files.c.fabric_id == fabric_id)
+            ).first()
+        return None if row is None else row[0]
+
+    def set_link_state(
+        self, fabric_id: str, link: int, state: int, ber: float, version: int, when: dt.datetime
+    ) -> FabricRecord:
+        """Store a link's state and the fabric's new routing version in one transaction."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(self.links)
+                .where(self.links.c.fabric_id == fabric_id, self.links.c.idx == link)
+                .values(state=state, ber=ber)
+            ).rowcount
+            if changed:
+                conn.execute(
+                    update(self.fabrics)
+                    .where(self.fabrics.c.id == fabric_id)
+                    .values(routing_version=version, update_time=when)
+                )
+        if not changed:
+            raise NotFound(f"fabrics/{fabric_id}/links/{link} does not exist")
+        return self.get(fabric_id)
+
+    def update_fabric(self, fabric_id: str, values: dict[str, Any], when: dt.datetime) -> FabricRecord:
+        """Change `display_name` and/or `labels`; the updated record."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(self.fabrics).where(self.fabrics.c.id == fabric_id).values(**values, update_time=when)
             ).rowcount
         if not changed:
             raise NotFound(f"fabrics/{fabric_id} does not exist")

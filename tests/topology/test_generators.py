@@ -3,7 +3,8 @@ import pytest
 
 from services.common.errors import InvalidArgument
 from services.topology.fabric import LinkState, NodeKind, format_ipv4
-from services.topology.generators import fat_tree, from_spec, leaf_spine, normalise_spec
+from services.topology.generators import fat_tree, leaf_spine
+from services.topology.specs import from_spec, normalise_spec
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
@@ -93,7 +94,10 @@ def test_bad_generator_arguments_name_the_parameter(call, field):
         ),
         ({}, "spec"),
         ({"fat_tree": {"k": 4}, "leaf_spine": {}}, "spec"),
-        ({"superpod": {"scalable_units": 1}}, "spec.superpod"),
+        ({"superpod": {"scalable_units": 0}}, "spec.superpod.scalable_units"),
+        ({"superpod": {"scalable_units": 2, "gpus_per_node": 300}}, "spec.superpod.gpus_per_node"),
+        ({"leaf_spine": {"leaves": 2, "spines": 0, "hosts_per_leaf": 1}}, "spec.leaf_spine.spines"),
+        ({"fat_tree": {"k": 0}}, "spec.fat_tree.k"),
         ({"fat_tree": {"k": 4, "m": 1}}, "spec.fat_tree.m"),
     ],
 )
@@ -117,3 +121,22 @@ def test_from_spec_builds_what_the_function_builds():
     made = from_spec({"fat_tree": {"k": 4}, "link_latency_ns": "700"})
     assert made.link_names == fat_tree(4).link_names
     assert set(made.link_latency_ns.tolist()) == {700}
+
+
+def test_leaf_spine_spec_gives_parallel_links_and_oversubscribed_host_links():
+    # 8 hosts of 400 Gb/s per leaf over 2 spines x 2 cables of 200 Gb/s: 4:1 oversubscribed.
+    made = from_spec(
+        {
+            "leaf_spine": {"leaves": 3, "spines": 2, "hosts_per_leaf": 8, "parallel_links": 2},
+            "link_speed_gbps": 200,
+            "host_link_speed_gbps": 400,
+            "link_latency_ns": "250",
+        }
+    )
+    assert (made.num_hosts, made.num_switches, made.num_links) == (24, 5, 24 + 3 * 2 * 2)
+    leaf = made.node_index("leaf-0")
+    up = (made.link_b == leaf) & (made.node_kind[made.link_a] == NodeKind.SWITCH)
+    down = made.link_a == leaf
+    oversubscription = made.link_rate_bps[down].sum() / made.link_rate_bps[up].sum()
+    assert oversubscription == 4.0
+    assert set(made.link_latency_ns.tolist()) == {250}

@@ -12,15 +12,6 @@ from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
 
 
-@pytest.fixture
-async def topology(tmp_path):
-    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 'topology.db'}")
-    services, cleanup = await build(config)
-    async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
-        yield topology_pb2_grpc.TopologyServiceStub(channel)
-    await cleanup()
-
-
 def fat_tree_spec(k):
     return pb.FabricSpec(fat_tree=pb.FatTreeSpec(k=k))
 
@@ -62,12 +53,13 @@ async def test_creating_the_same_id_twice_is_already_exists(topology):
         ),
         (pb.CreateFabricRequest(), "spec"),
         (
-            pb.CreateFabricRequest(spec=pb.FabricSpec(superpod=pb.SuperPodSpec(scalable_units=1))),
-            "spec.superpod",
+            pb.CreateFabricRequest(spec=pb.FabricSpec(superpod=pb.SuperPodSpec(scalable_units=0))),
+            "spec.superpod.scalable_units",
         ),
         (pb.CreateFabricRequest(fabric_id="Bad_Id", spec=fat_tree_spec(2)), "fabric_id"),
+        (pb.CreateFabricRequest(spec=fat_tree_spec(2), routing_engine=42), "routing_engine"),
         (
-            pb.CreateFabricRequest(spec=fat_tree_spec(2), routing_engine=pb.ROUTING_ENGINE_UPDN),
+            pb.CreateFabricRequest(spec=fat_tree_spec(2), routing_engine=pb.ROUTING_ENGINE_FILE),
             "routing_engine",
         ),
     ],
@@ -139,7 +131,7 @@ async def test_the_snapshot_decodes_to_the_arrays_routing_computed(topology):
     message = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4"))
     got = FabricSnapshot.from_proto(message)
     want = route_and_snapshot(fat_tree(4), name="fabrics/ft4")
-    assert got.routing_version == 1
+    assert got.routing_version == 1 and got.route_encoding == 2
     assert got.node_names == want.node_names and got.link_names == want.link_names
     for name in (
         "node_kind",
@@ -147,10 +139,44 @@ async def test_the_snapshot_decodes_to_the_arrays_routing_computed(topology):
         "host_ip",
         "link_a",
         "link_rate_bps",
-        "route_offsets",
-        "route_next_channels",
+        "link_port_a",
+        "route_channels",
     ):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    for name in ("node_row", "dest_class", "group_ids", "group_offsets", "group_channels", "lft_ports"):
+        np.testing.assert_array_equal(
+            getattr(got.route_table, name), getattr(want.route_table, name), err_msg=name
+        )
+
+
+async def test_the_streamed_snapshot_is_the_same_snapshot_in_chunks(topology):
+    await topology.CreateFabric(pb.CreateFabricRequest(fabric_id="ft8", spec=fat_tree_spec(8)))
+    whole = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft8"))
+    parts = [
+        part
+        async for part in topology.StreamFabricSnapshot(pb.StreamFabricSnapshotRequest(name="fabrics/ft8"))
+    ]
+    data = b"".join(part.data for part in parts)
+    assert len(data) == parts[0].total_bytes and parts[0].routing_version == 1
+    assert pb.FabricSnapshot.FromString(data) == whole
+
+
+async def test_a_snapshot_over_the_message_limit_is_refused_with_a_pointer_to_the_stream(tmp_path):
+    url = f"sqlite:///{tmp_path / 'topology.db'}"
+    config = ServiceConfig(service="topology", port=0, database_url=url, max_message_bytes=256 * 1024)
+    services, cleanup = await build(config)
+    async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
+        stub = topology_pb2_grpc.TopologyServiceStub(channel)
+        await stub.CreateFabric(pb.CreateFabricRequest(fabric_id="ft16", spec=fat_tree_spec(16)))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft16"))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "StreamFabricSnapshot" in err.value.details()
+        parts = [
+            p async for p in stub.StreamFabricSnapshot(pb.StreamFabricSnapshotRequest(name="fabrics/ft16"))
+        ]
+        assert len(parts) > 2 and sum(len(p.data) for p in parts) == parts[0].total_bytes > 256 * 1024
+    await cleanup()
 
 
 async def test_paths_between_pods_number_half_k_squared_with_the_lft_path_first(topology):
@@ -186,25 +212,20 @@ async def test_forwarding_table_gives_lft_port_and_ecmp_ports(topology):
     assert sorted(remote.ecmp_ports) == [3, 4] and remote.port == remote.ecmp_ports[0]
 
 
-async def test_recomputing_unchanged_routes_keeps_the_version(topology):
+async def test_recomputing_unchanged_routes_keeps_the_version_and_another_engine_bumps_it(topology):
     await topology.CreateFabric(pb.CreateFabricRequest(fabric_id="ft4", spec=fat_tree_spec(4)))
     summary = await topology.ComputeRoutes(pb.ComputeRoutesRequest(name="fabrics/ft4"))
     assert (summary.routing_version, summary.changed_entries, summary.unreachable_pairs) == (1, 0, 0)
+    summary = await topology.ComputeRoutes(
+        pb.ComputeRoutesRequest(name="fabrics/ft4", routing_engine=pb.ROUTING_ENGINE_FTREE)
+    )
+    assert summary.routing_engine == pb.ROUTING_ENGINE_FTREE and summary.routing_version == 2
+    assert summary.compute_ns > 0 and not summary.incremental
+    got = await topology.GetFabric(pb.GetFabricRequest(name="fabrics/ft4"))
+    assert got.routing_engine == pb.ROUTING_ENGINE_FTREE and got.routing_version == 2
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await topology.ComputeRoutes(
-            pb.ComputeRoutesRequest(name="fabrics/ft4", routing_engine=pb.ROUTING_ENGINE_FTREE)
-        )
+        await topology.ComputeRoutes(pb.ComputeRoutesRequest(name="fabrics/ft4", routing_engine=17))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "routing_engine" in err.value.details()
-
-
-async def test_issue_3_calls_answer_unimplemented(topology):
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await topology.SetLinkState(pb.SetLinkStateRequest(name="fabrics/x/links/0"))
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in topology.WatchFabric(pb.WatchFabricRequest(name="fabrics/x")):
-            pass
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 async def test_a_restarted_service_serves_the_same_fabric_and_routes(tmp_path):

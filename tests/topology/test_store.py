@@ -93,3 +93,34 @@ def test_a_k16_fat_tree_survives_a_round_trip_through_postgresql(postgres_url):
     finally:
         store.drop_tables()
         store.engine.dispose()
+
+
+def test_link_states_labels_and_the_file_engines_dump_survive_a_new_store_on_the_same_database(tmp_path):
+    url = f"sqlite:///{tmp_path / 'topology.db'}"
+    store = TopologyStore(make_engine(url))
+    store.create_tables()
+    fabric = fat_tree(4)
+    store.add(record_for(fabric), fabric)
+    now = dt.datetime.now(dt.UTC)
+    record = store.set_link_state("fab-one", 7, int(LinkState.DEGRADED), 1e-6, 2, now)
+    assert record.routing_version == 2
+    store.update_fabric("fab-one", {"display_name": "renamed", "labels": {"x": "y"}}, now)
+    store.set_routing("fab-one", "file", 3, now, lfts_dump="Unicast lids ...\n")
+    again = TopologyStore(make_engine(url))
+    again.create_tables()
+    loaded = again.load_fabric("fab-one")
+    assert loaded.link_state[7] == LinkState.DEGRADED and loaded.link_ber[7] == 1e-6
+    assert (loaded.link_state == LinkState.UP).sum() == fabric.num_links - 1
+    got = again.get("fab-one")
+    assert (got.display_name, got.labels, got.routing_engine, got.routing_version) == (
+        "renamed",
+        {"x": "y"},
+        "file",
+        3,
+    )
+    assert again.routing_file("fab-one") == "Unicast lids ...\n"
+    with pytest.raises(NotFound):
+        again.set_link_state("fab-one", 999, 2, 0.0, 4, now)
+    assert again.get("fab-one").routing_version == 3  # nothing changed
+    again.delete("fab-one")
+    assert again.routing_file("fab-one") is None

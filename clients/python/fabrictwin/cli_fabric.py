@@ -115,6 +115,17 @@ def _get(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _update(client: Client, args: argparse.Namespace) -> int:
+    labels = dict(args.label) if args.label or args.clear_labels else None
+    if args.display_name is None and labels is None and args.routing is None:
+        raise InputError("nothing to update: give --display-name, --label/--clear-labels or --routing")
+    fabric = client.fabrics.update(
+        args.name, display_name=args.display_name, labels=labels, routing_engine=args.routing
+    )
+    emit(args, fabric, _fabric_row)
+    return 0
+
+
 def _delete(client: Client, args: argparse.Namespace) -> int:
     client.fabrics.delete(args.name)
     emit(args, topology_pb2.DeleteFabricResponse(), lambda _: f"deleted {args.name}")
@@ -218,8 +229,11 @@ def _watch(client: Client, args: argparse.Namespace) -> int:
             state = enum_label(topology_pb2.LinkState, event.link.state)
             detail = f"{event.link.display_name or event.link.name} -> {state}"
         elif event.kind == topology_pb2.FABRIC_EVENT_KIND_ROUTES_CHANGED:
+            r = event.routing
             detail = (
-                f"routing version {event.routing.routing_version}, {event.routing.changed_entries} entries"
+                f"routing version {r.routing_version}, {r.changed_entries} entries on {r.changed_switches} "
+                f"switches, {r.unreachable_pairs} unreachable pairs, {r.compute_ns / 1e6:.1f} ms"
+                + (" (incremental)" if r.incremental else "")
             )
         print(
             f"{event.time.ToJsonString() if event.time.seconds else '-'}  {kind}  {detail}".rstrip(),
@@ -261,6 +275,24 @@ def register(root: argparse._SubParsersAction) -> None:
     _create_options(p)
 
     leaf(group, "list", _list, "list fabrics")
+    p = leaf(group, "update", _update, "change a fabric's display name, labels or routing engine")
+    p.add_argument("name", help="fabric (ID or fabrics/ID)")
+    p.add_argument("--display-name", default=None, help="new human-readable name")
+    p.add_argument(
+        "--label",
+        type=key_value_arg,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the labels become exactly these (repeat)",
+    )
+    p.add_argument("--clear-labels", action="store_true", help="remove every label")
+    p.add_argument(
+        "--routing",
+        **choice(topology_pb2.RoutingEngine),
+        default=None,
+        help="route with this engine from now on (reroutes every table)",
+    )
     leaf(group, "get", _get, "show one fabric").add_argument("name", help="fabric (ID or fabrics/ID)")
     leaf(group, "delete", _delete, "delete a fabric and its routes").add_argument("name", help="fabric")
     p = leaf(group, "nodes", _nodes, "list the nodes of a fabric")
@@ -313,10 +345,20 @@ def register(root: argparse._SubParsersAction) -> None:
     p.add_argument("--fabric", default="", help="fabric of LINK when LINK is not a full name")
     p.add_argument("--state", **choice(topology_pb2.LinkState), required=True, help="new state")
     p.add_argument("--ber", type=float, default=0.0, help="bit error rate for degraded, in (0, 1)")
-    p = leaf(group, "reroute", _reroute, "recompute every forwarding table (optionally with another engine)")
-    p.add_argument("name", help="fabric")
-    p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
-    p.add_argument("--lfts-dump", default="", help="opensm-lfts.dump file for the file engine")
+    for name in ("compute-routes", "reroute"):
+        p = leaf(
+            group,
+            name,
+            _reroute,
+            "recompute every forwarding table (optionally with another engine)",
+            "Recompute every forwarding table; --routing file loads OpenSM LFTs from --lfts-dump."
+            + (" Same as compute-routes." if name == "reroute" else ""),
+        )
+        p.add_argument("name", help="fabric")
+        p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
+        p.add_argument(
+            "--lfts-dump", default="", help="opensm-lfts.dump file for the file engine ('-': stdin)"
+        )
     p = leaf(
         group,
         "watch",

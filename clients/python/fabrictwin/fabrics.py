@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+import grpc
+from google.protobuf import field_mask_pb2
+
 from fabrictwin.connection import Connection
 from fabrictwin.names import enum_value, resource_name
 from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
@@ -95,6 +98,37 @@ class FabricsApi:
         spec = topology_pb2.FabricSpec(
             leaf_spine=topology_pb2.LeafSpineSpec(
                 leaves=leaves, spines=spines, hosts_per_leaf=hosts_per_leaf, parallel_links=parallel_links
+            ),
+            link_speed_gbps=link_speed_gbps,
+            link_latency_ns=link_latency_ns,
+            host_link_speed_gbps=host_link_speed_gbps,
+        )
+        return self.create(
+            spec, fabric_id=fabric_id, display_name=display_name, routing_engine=routing_engine, labels=labels
+        )
+
+    def create_superpod(
+        self,
+        scalable_units: int,
+        *,
+        nodes_per_su: int = 0,
+        gpus_per_node: int = 0,
+        fabric_id: str = "",
+        display_name: str = "",
+        link_speed_gbps: float = 0.0,
+        link_latency_ns: int = 0,
+        host_link_speed_gbps: float = 0.0,
+        routing_engine: EnumLike | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> topology_pb2.Fabric:
+        """A rail-optimised DGX SuperPOD: SUs of 32 nodes x 8 GPUs (0 keeps those defaults), one host per
+        GPU NIC, one rail leaf per GPU index per SU, spines, and cores from 16 SUs.
+
+        >>> client.fabrics.create_superpod(4, fabric_id="pod4")  # doctest: +SKIP
+        """
+        spec = topology_pb2.FabricSpec(
+            superpod=topology_pb2.SuperPodSpec(
+                scalable_units=scalable_units, nodes_per_su=nodes_per_su, gpus_per_node=gpus_per_node
             ),
             link_speed_gbps=link_speed_gbps,
             link_latency_ns=link_latency_ns,
@@ -194,9 +228,13 @@ class FabricsApi:
         return self._connection.unary(self._stub.GetForwardingTable, request)
 
     def snapshot(self, name: str) -> topology_pb2.FabricSnapshot:
-        """The compact snapshot of a fabric and its routes (arrays; see fabrictwin.arrays to read them)."""
-        request = topology_pb2.GetFabricSnapshotRequest(name=resource_name("fabrics", name))
-        return self._connection.unary(self._stub.GetFabricSnapshot, request)
+        """The compact snapshot of a fabric and its routes (arrays; see fabrictwin.arrays to read them),
+        fetched as a stream of chunks so that snapshots of any size arrive."""
+        request = topology_pb2.StreamFabricSnapshotRequest(name=resource_name("fabrics", name))
+        chunks = self._connection.server_stream(
+            self._stub.StreamFabricSnapshot, request, timeout=self._connection.timeout
+        )
+        return topology_pb2.FabricSnapshot.FromString(b"".join(chunk.data for chunk in chunks))
 
     # -- changing -------------------------------------------------------------------------------
 
@@ -214,6 +252,31 @@ class FabricsApi:
         )
         return self._connection.unary(self._stub.SetLinkState, request)
 
+    def update(
+        self,
+        name: str,
+        *,
+        display_name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        routing_engine: EnumLike | None = None,
+    ) -> topology_pb2.Fabric:
+        """Change what is given (and only that): display name, labels (replaced whole), routing engine
+        (which reroutes every table)."""
+        fabric = topology_pb2.Fabric(name=resource_name("fabrics", name))
+        paths = []
+        if display_name is not None:
+            fabric.display_name, paths = display_name, [*paths, "display_name"]
+        if labels is not None:
+            fabric.labels.update(labels)
+            paths.append("labels")
+        if routing_engine is not None:
+            fabric.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+            paths.append("routing_engine")
+        request = topology_pb2.UpdateFabricRequest(
+            fabric=fabric, update_mask=field_mask_pb2.FieldMask(paths=paths)
+        )
+        return self._connection.unary(self._stub.UpdateFabric, request)
+
     def compute_routes(
         self, name: str, *, routing_engine: EnumLike | None = None, lfts_dump: str = ""
     ) -> topology_pb2.RoutingSummary:
@@ -224,6 +287,23 @@ class FabricsApi:
         return self._connection.unary(self._stub.ComputeRoutes, request)
 
     def watch(self, name: str) -> Iterator[topology_pb2.FabricEvent]:
-        """Fabric events (link changes, reroutes) as they happen; stop iterating to stop watching."""
+        """Fabric events (link changes, reroutes, deletion) as they happen; stop iterating to stop.
+
+        When this returns the server has subscribed the watcher: every change made after it is seen.
+        """
         request = topology_pb2.WatchFabricRequest(name=resource_name("fabrics", name))
-        return self._connection.server_stream(self._stub.WatchFabric, request, timeout=None)
+        call = self._stub.WatchFabric(request, timeout=None, metadata=self._connection.metadata)
+        try:
+            call.initial_metadata()  # the server sends its headers once the subscription is live
+        except grpc.RpcError as exc:
+            call.cancel()
+            raise self._connection.error(exc) from None
+        return self._events(call)
+
+    def _events(self, call: grpc.Call) -> Iterator[topology_pb2.FabricEvent]:
+        try:
+            yield from call  # type: ignore[misc]
+        except grpc.RpcError as exc:
+            raise self._connection.error(exc) from None
+        finally:
+            call.cancel()  # leaving the loop early ends the stream on the server

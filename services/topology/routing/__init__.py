@@ -1,7 +1,8 @@
-"""Routing engines: each computes Routes (CSR of next channels per node and destination host).
+"""Routing engines: each computes Routes (LFT ports and equal-cost groups) for a fabric's link states.
 
-An engine is anything with a `name` and `compute(fabric) -> Routes` (the `RoutingEngine` protocol);
-adding one is adding a module and a line in `ENGINES`. Names follow OpenSM's `-R` choices.
+An engine is anything with a `name`, `compute(fabric) -> Routes` and `reroute(fabric, previous) ->
+Routes` (the `RoutingEngine` protocol; `reroute` may recompute only what changed since `previous`).
+Adding one is adding a module and a line in `ENGINES`. Names follow OpenSM's `-R` choices.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from typing import Protocol
 
 from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric
+from services.topology.routing.file import FileRouting
+from services.topology.routing.ftree import FatTree
 from services.topology.routing.minhop import MinHop
 from services.topology.routing.paths import Path, PathListing, list_paths
 from services.topology.routing.routes import Routes, diff_routes
+from services.topology.routing.updn import UpDown
 
 __all__ = [
     "ENGINES",
-    "PLANNED_ENGINES",
+    "FILE_ENGINE",
     "Path",
     "PathListing",
     "Routes",
@@ -36,17 +40,26 @@ class RoutingEngine(Protocol):
         """Forwarding state of `fabric` for its current link states."""
         ...
 
+    def reroute(self, fabric: Fabric, previous: Routes) -> Routes:
+        """Forwarding state after link states changed from those `previous` was computed for; equal to
+        `compute(fabric)` entry for entry, recomputing only what must change where it can."""
+        ...
 
-ENGINES: dict[str, type[RoutingEngine]] = {"minhop": MinHop}
-PLANNED_ENGINES = ("updn", "ftree", "file")  # issue #3
+
+ENGINES: dict[str, type[RoutingEngine]] = {"minhop": MinHop, "updn": UpDown, "ftree": FatTree}
+FILE_ENGINE = "file"  # needs a dump: engine_named("file", lfts_dump=...)
 
 
-def engine_named(name: str, field: str = "routing_engine") -> RoutingEngine:
-    """An instance of the engine called `name`; InvalidArgument naming `field` otherwise."""
+def engine_named(name: str, field: str = "routing_engine", *, lfts_dump: str | None = None) -> RoutingEngine:
+    """An instance of the engine called `name`; InvalidArgument naming `field` otherwise.
+
+    The `file` engine needs `lfts_dump` (opensm-lfts.dump text; errors name `lfts_dump` and the line).
+    """
     if name in ENGINES:
         return ENGINES[name]()
-    if name in PLANNED_ENGINES:
-        raise InvalidArgument(
-            field, f"the {name} routing engine is not implemented yet (issue #3); use minhop"
-        )
-    raise InvalidArgument(field, f"unknown routing engine {name!r}; known: {', '.join(ENGINES)}")
+    if name == FILE_ENGINE:
+        if not lfts_dump:
+            raise InvalidArgument("lfts_dump", "the file routing engine needs an opensm-lfts.dump text")
+        return FileRouting(lfts_dump)
+    known = ", ".join([*ENGINES, FILE_ENGINE])
+    raise InvalidArgument(field, f"unknown routing engine {name!r}; known: {known}")

@@ -1,103 +1,191 @@
-"""The LFT (single-port) choice among equal-cost ports, balanced the way OpenSM's minhop does.
+"""The LFT choice among equal-cost ports, balanced the way OpenSM's minhop does.
 
-OpenSM walks destinations in LID order and, at each switch, gives the destination the equal-cost
-port with the fewest routes assigned so far on that switch (lowest port number on a tie). That is
-sequential per switch, so it is computed in two ways that give the same answer:
+OpenSM walks destinations in LID order and, at each switch, gives each destination the equal-cost
+port with the fewest routes assigned so far on that switch (lowest port on a tie). That is
+sequential per switch; two exact ways compute it:
 
-- fast path: when the candidate sets of a node's destinations are pairwise disjoint or identical
-  (every healthy Clos: all uplinks, or the one port toward a child), the greedy choice within a
-  set is plain round robin in port order, so the r-th destination using a set gets its (r mod size)-th
-  port, all vectorised;
-- otherwise (overlapping sets, e.g. after failures) the greedy runs destination by destination,
-  vectorised over the affected nodes only.
+- fast path, vectorised over rows and hosts: when the groups a row uses are pairwise disjoint (every
+  healthy Clos: all uplinks, or the one port toward a child), the greedy within a group is round
+  robin in port order: the r-th destination (in LID order) using a group gets its (r mod size)-th port;
+- otherwise (overlapping groups, e.g. after a failure) the greedy runs per row, one *run* of
+  consecutive destinations with the same group at a time: within a run the greedy is water-filling,
+  which has a closed form, so the Python loop is over runs (a handful per row), not destinations.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-__all__ = ["choose_lft_columns"]
+from services.common.snapshot import DELIVER
+from services.topology.routing.groups import GroupTable
+
+__all__ = ["balanced_lft", "water_fill"]
+
+_ROWS_PER_CHUNK = 256
 
 
-def _first_and_size(valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """First candidate port column (width if none) and number of candidates, both [n, H]."""
-    width = valid.shape[1]
-    size = valid.sum(axis=1, dtype=np.int32)
-    if width <= 255:
-        # argmax along a middle axis copies the array; a weighted max over it does not.
-        weight = (width - np.arange(width)).astype(np.uint8)
-        first = width - (valid.view(np.uint8) * weight[None, :, None]).max(axis=1).astype(np.int32)
-    else:
-        first = np.where(size > 0, valid.argmax(axis=1), width).astype(np.int32)
-    return first, size
+def water_fill(counts: np.ndarray, m: int) -> np.ndarray:
+    """Which of the ports (indices into `counts`, routes so far) m consecutive destinations get.
+
+    The greedy gives each destination the index with the fewest routes, lowest index on a tie; the
+    j-th destination takes the j-th smallest pair (counts[p] + t, p) over t >= 0.
+
+    >>> water_fill(np.array([2, 0, 1]), 5).tolist()
+    [1, 1, 2, 0, 1]
+    """
+    s = counts.shape[0]
+    counts = counts.astype(np.int64)
+    ordered = np.sort(counts)
+    prefix = np.cumsum(ordered)
+    k = np.arange(1, s + 1)
+    upper = np.r_[ordered[1:], np.iinfo(np.int64).max // 4]
+    level = np.minimum(upper, (m + prefix) // k)
+    level = int(level[level >= ordered].max())  # highest level whose filling needs at most m routes
+    take = np.maximum(counts, level) - counts
+    remainder = m - int(take.sum())
+    take[np.flatnonzero(counts <= level)[:remainder]] += 1
+    port = np.repeat(np.arange(s), take)
+    height = np.repeat(counts, take) + np.arange(m) - np.repeat(np.cumsum(take) - take, take)
+    return port[np.argsort(height * s + port, kind="stable")]
 
 
-def _gather(table: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """table[i, index[i, j]] for a small per-node table; one flat take instead of take_along_axis."""
-    rows = np.arange(table.shape[0], dtype=np.int64)[:, None] * table.shape[1]
-    return table.ravel()[index + rows]
-
-
-def _round_robin(valid: np.ndarray, first: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """LFT columns assuming disjoint candidate sets, and which nodes really have disjoint sets."""
-    n, width, hosts = valid.shape
-    rows = np.arange(n)[:, None]
-    # Each port's class is the first port of any destination using it (width if unused).
-    used = valid.any(axis=2)
-    port_class = np.where(used, _gather(first, valid.argmax(axis=2)), width)
-    class_size = np.bincount((port_class + rows * (width + 1)).ravel(), minlength=n * (width + 1))
-    class_size = class_size.reshape(n, width + 1)
-    class_size[:, width] = 0
-    # Disjoint iff every candidate port of a destination belongs to its class and covers it whole.
-    strays = (valid & (first[:, None, :] != port_class[:, :, None])).any(axis=(1, 2))
-    partial = ((size > 0) & (size != _gather(class_size, first))).any(axis=1)
-    disjoint = ~strays & ~partial
-    # Rank of each destination among the earlier ones of its class (a radix sort on small keys).
-    key = first.astype(np.int16)
-    order = np.argsort(key, axis=1, kind="stable")
-    ordered = _gather(key, order)
-    position = np.arange(hosts)
-    boundary = np.ones((n, hosts), dtype=bool)
-    boundary[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    start = np.maximum.accumulate(np.where(boundary, position, 0), axis=1)
-    rank = np.empty(n * hosts, dtype=np.int64)
-    rank[(order + rows * hosts).ravel()] = (position - start).ravel()
-    rank = rank.reshape(n, hosts)
-    # The (rank mod size)-th port of the class, ports sorted by (class, port).
-    by_class = np.argsort(port_class * (width + 1) + np.arange(width), axis=1, kind="stable")
-    class_start = np.cumsum(class_size, axis=1) - class_size
-    slot = _gather(class_start, first) + rank % np.maximum(size, 1)
-    lft = _gather(by_class, np.minimum(slot, width - 1))
-    return np.where(size > 0, lft, 0), disjoint
-
-
-def _greedy(valid: np.ndarray) -> np.ndarray:
-    """OpenSM's choice destination by destination: fewest routes so far, lowest port on a tie."""
-    n, width, hosts = valid.shape
-    assigned = np.zeros((n, width), dtype=np.int64)
-    rows = np.arange(n)
-    out = np.zeros((n, hosts), dtype=np.int64)
-    never = np.iinfo(np.int64).max
-    for host in range(hosts):
-        candidates = valid[:, :, host]
-        column = np.where(candidates, assigned, never).argmin(axis=1)
-        assigned[rows, column] += candidates[rows, column]
-        out[:, host] = column
+def _disjoint(groups: GroupTable, used: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """[n] bool: the groups each row uses (`used` [n, C] ids) share no port with each other."""
+    n = rows.shape[0]
+    count = groups.num_groups + 1
+    pairs = np.unique((np.arange(n)[:, None] * count + np.where(used >= 0, used, groups.num_groups)).ravel())
+    gid = pairs % count
+    keep = gid < groups.num_groups
+    owner, gid = pairs[keep] // count, gid[keep]
+    sizes = groups.sizes[gid]
+    member = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    columns = groups.columns[np.repeat(groups.offsets[gid], sizes) + member]
+    key = np.repeat(owner, sizes) * (groups.layout.padded.shape[1] + 1) + columns
+    values, seen = np.unique(key, return_counts=True)
+    clash = values[seen > 1] // (groups.layout.padded.shape[1] + 1)
+    out = np.ones(n, dtype=bool)
+    out[clash] = False
     return out
 
 
-def choose_lft_columns(valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For candidates `valid` [nodes, ports in port order, destinations in LID order], the chosen
-    port column per (node, destination) [nodes, destinations] (0 where there is no candidate), and
-    the number of candidates per (node, destination)."""
-    n, width, hosts = valid.shape
-    if width == 0 or hosts == 0:
-        return np.zeros((n, hosts), dtype=np.int64), np.zeros((n, hosts), dtype=np.int32)
-    first, size = _first_and_size(valid)
-    if size.max(initial=0) <= 1:  # hosts with one uplink, cores: nothing to balance
-        return np.minimum(first, width - 1), size
-    lft, disjoint = _round_robin(valid, first, size)
-    overlapping = np.flatnonzero(~disjoint)
-    if overlapping.size:
-        lft[overlapping] = _greedy(valid[overlapping])
-    return lft, size
+def _round_robin(
+    groups: GroupTable,
+    run_cells: np.ndarray,
+    run_length: np.ndarray,
+    run_of: np.ndarray,
+    within: np.ndarray,
+    group_ports: np.ndarray,
+) -> np.ndarray:
+    """Ports [n, H] (LID order) assuming disjoint groups per row, from group ids per *run* `run_cells`
+    [n, K]: destinations in LID order come in runs of one class (`run_length` [K]; destination j is
+    number `within[j]` of run `run_of[j]`), so ranks are counted per run, then spread per destination.
+    `group_ports` is the port of every group element (groups' channels in port order).
+    """
+    n, hosts = run_cells.shape[0], run_of.shape[0]
+    if groups.num_groups == 0:
+        return np.zeros((n, hosts), dtype=np.int32)
+    valid = run_cells >= 0
+    safe = np.maximum(run_cells, 0)
+    local = np.where(valid, groups.local[safe], -1)
+    # int16 keys sort by radix (stable and linear); wider only for rows with >32k groups.
+    key = local.astype(np.int16) if groups.local.max(initial=0) < 32_000 else local
+    order = np.argsort(key, axis=1, kind="stable")
+    ordered = np.take_along_axis(key, order, axis=1)
+    length = run_length[order]
+    before = np.cumsum(length, axis=1) - length  # destinations in earlier runs, any group
+    boundary = np.ones(ordered.shape, dtype=bool)
+    boundary[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    first = np.maximum.accumulate(np.where(boundary, np.arange(ordered.shape[1]), 0), axis=1)
+    run_rank = np.empty(ordered.shape, dtype=np.int32)  # destinations in earlier runs of the same group
+    np.put_along_axis(run_rank, order, before - np.take_along_axis(before, first, axis=1), axis=1)
+    # Per destination, in int32 (half the memory traffic of int64 over [n, H]).
+    # Cells without a group point at the trailing 0 of group_ports (size 1: always that slot).
+    size = np.where(valid, np.maximum(groups.sizes[safe], 1), 1).astype(np.int32)
+    offset = np.where(valid, groups.offsets[safe], group_ports.shape[0] - 1).astype(np.int32)
+    if (run_length == run_length[0]).all():  # equal runs (generated fabrics): broadcast, no gathers
+        within_run = np.arange(run_length[0], dtype=np.int32)
+        slot = offset[:, :, None] + (run_rank[:, :, None] + within_run) % size[:, :, None]
+        return group_ports[slot.reshape(n, hosts)]
+    slot = offset[:, run_of] + (run_rank[:, run_of] + within) % size[:, run_of]
+    return group_ports[slot]
+
+
+def _greedy_row(groups: GroupTable, cells: np.ndarray, channel_port: np.ndarray) -> np.ndarray:
+    """Ports [H] of one row with overlapping groups, run by run (cells in LID order)."""
+    out = np.zeros(cells.shape[0], dtype=np.int64)
+    counts = np.zeros(groups.layout.padded.shape[1], dtype=np.int64)
+    edges = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1], True])
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        gid = int(cells[lo])
+        if gid < 0:
+            continue
+        first, last = int(groups.offsets[gid]), int(groups.offsets[gid + 1])
+        columns, ports = groups.columns[first:last], channel_port[groups.channels[first:last]]
+        m = hi - lo
+        if columns.shape[0] == 1:
+            counts[columns[0]] += m
+            out[lo:hi] = ports[0]
+            continue
+        chosen = water_fill(counts[columns], m)
+        out[lo:hi] = ports[chosen]
+        counts[columns] += np.bincount(chosen, minlength=columns.shape[0])
+    return out
+
+
+def balanced_lft(
+    groups: GroupTable,
+    group_ids: np.ndarray,
+    rows: np.ndarray,
+    host_class: np.ndarray,
+    lid_order: np.ndarray,
+    channel_port: np.ndarray,
+    deliver_port: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """LFT ports [len(rows), H] of the given rows.
+
+    `group_ids` [R, C]; `host_class` [H]; `lid_order` hosts sorted by LID; `deliver_port(rows, hosts)`
+    gives the port to use where a row delivers straight to the host (DELIVER cells).
+    """
+    hosts = host_class.shape[0]
+    out = np.zeros((rows.shape[0], hosts), dtype=np.int64)
+    if group_ids.shape[1] == 0:  # no host is cabled to a switch: nothing to route
+        return out
+    lid_class = host_class[lid_order]
+    populated = np.flatnonzero(np.bincount(host_class[host_class >= 0], minlength=group_ids.shape[1]))
+    # Runs of consecutive destinations (in LID order) of one class: a run has one group per row.
+    starts = np.flatnonzero(np.r_[True, lid_class[1:] != lid_class[:-1]])
+    run_length = np.diff(np.r_[starts, hosts])
+    run_class = lid_class[starts]
+    run_of = np.repeat(np.arange(starts.shape[0]), run_length).astype(np.int32)
+    within = (np.arange(hosts) - starts[run_of]).astype(np.int32)
+    # Port of every group element, plus a trailing 0 that cells without a group point at.
+    group_ports = np.append(channel_port[groups.channels], 0).astype(np.int32)
+    in_lid_order = bool(np.array_equal(lid_order, np.arange(hosts)))
+    for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
+        chunk = rows[lo : lo + _ROWS_PER_CHUNK]
+        by_class = group_ids[chunk]
+        run_cells = np.where(run_class >= 0, by_class[:, np.maximum(run_class, 0)], -1)
+        disjoint = _disjoint(groups, by_class[:, populated], chunk)
+        ports = np.zeros((chunk.shape[0], hosts), dtype=np.int32)
+        if disjoint.any():
+            ports[disjoint] = _round_robin(
+                groups, run_cells[disjoint], run_length, run_of, within, group_ports
+            )
+        for i in np.flatnonzero(~disjoint).tolist():
+            ports[i] = _greedy_row(groups, run_cells[i][run_of], channel_port)
+        # Rows cabled to the destination deliver to it: expand those (few) runs to destinations.
+        row, run = np.nonzero(run_cells == DELIVER)
+        if row.size:
+            row = np.repeat(row, run_length[run])
+            column = np.repeat(starts[run], run_length[run])
+            column += np.arange(column.shape[0]) - np.repeat(
+                np.cumsum(run_length[run]) - run_length[run], run_length[run]
+            )
+            ports[row, column] = deliver_port(chunk[row], lid_order[column])
+        if in_lid_order:
+            out[lo : lo + chunk.shape[0]] = ports
+        else:
+            out[lo : lo + chunk.shape[0], lid_order] = ports
+    return out

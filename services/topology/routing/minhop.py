@@ -1,82 +1,41 @@
 """minhop: shortest paths by hop count, every equal-hop port in the ECMP group, LFT balanced like OpenSM.
 
-Distances come from one breadth-first search per *attachment group* (the set of switches a host is
-cabled to, normally its one leaf), run for all groups at once as array operations over the
-switch-to-switch channels; a host's distance to another host follows from its uplinks. Hosts are
-never transit. A channel is a candidate for node n toward host h when it leads one hop closer.
+Per destination class, a breadth-first search over the usable switch-to-switch channels gives every
+switch its hop distance to the class's switches (1 at those switches, which deliver to the host);
+all classes are searched at once as array operations. A channel of row n is a candidate toward a
+class when it leads to a switch one hop closer. Hosts are never transit.
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from services.common.errors import ResourceExhausted
-from services.topology.fabric import MAX_NODE_HOST_PAIRS, Fabric
-from services.topology.routing.graph import ChannelGraph
-from services.topology.routing.routes import Routes, routes_from_candidates
+from services.topology.routing.balance import balanced_lft
+from services.topology.routing.classbased import ClassEngine, ClassState
+from services.topology.routing.graph import ChannelGraph, RowLayout
 
-__all__ = ["UNREACHABLE", "MinHop", "hop_distances"]
+__all__ = ["UNREACHABLE", "MinHop", "class_distances", "row_candidates"]
 
 UNREACHABLE = np.int16(30_000)  # hop count meaning "no path"
-_BFS_ELEMENTS = 1 << 24  # [groups, switch channels] handled per BFS batch
+_BFS_ELEMENTS = 1 << 24  # [classes, switch channels] handled per BFS batch
 
 
-def _attachment_groups(
-    fabric: Fabric, graph: ChannelGraph
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """Group hosts by the switches they are cabled to.
+def class_distances(graph: ChannelGraph, layout: RowLayout, seeds: np.ndarray) -> np.ndarray:
+    """[c, S] int16 hops from every switch to each class, given `seeds` [c, S] (the class's switches).
 
-    Returns host_group [H] (-1: no usable uplink), each group's switches, and the uplinks as
-    (host index, switch node) pairs sorted by host.
+    A switch is one hop further than its nearest neighbour on the frontier; UNREACHABLE if none.
     """
-    channels = graph.out_channels
-    source, target = graph.source[channels], graph.target[channels]
-    uplink = graph.is_host[source]  # host-host links are never usable, so targets are switches
-    up_host, up_switch = fabric.node_host[source[uplink]], target[uplink]
-    hosts = fabric.num_hosts
-    host_group = np.full(hosts, -1, dtype=np.int64)
-    count = np.bincount(up_host, minlength=hosts)
-    attached = np.flatnonzero(count)
-    starts = (np.cumsum(count) - count)[attached]
-    lowest = np.minimum.reduceat(up_switch, starts) if attached.size else up_switch[:0]
-    highest = np.maximum.reduceat(up_switch, starts) if attached.size else up_switch[:0]
-    single = lowest == highest
-    leaves, inverse = np.unique(lowest[single], return_inverse=True)
-    host_group[attached[single]] = inverse
-    groups = [np.array([leaf]) for leaf in leaves.tolist()]
-    multi: dict[tuple[int, ...], int] = {}
-    for i in np.flatnonzero(~single).tolist():  # multi-homed hosts: rare, a plain loop is fine
-        lo, hi = int(starts[i]), int(starts[i] + count[attached[i]])
-        key = tuple(np.unique(up_switch[lo:hi]).tolist())
-        if key not in multi:
-            multi[key] = len(groups)
-            groups.append(np.array(key))
-        host_group[attached[i]] = multi[key]
-    return host_group, groups, np.stack([up_host, up_switch])
-
-
-def _switch_distances(graph: ChannelGraph, switches: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """[G, S] hops from each switch to the hosts of each group (1 at the group's own switches)."""
-    index = np.full(graph.num_nodes, -1, dtype=np.int64)
-    index[switches] = np.arange(switches.shape[0])
-    channels = graph.out_channels
-    source, target = graph.source[channels], graph.target[channels]
-    inner = ~graph.is_host[source] & ~graph.is_host[target]
-    src, dst = index[source[inner]], index[target[inner]]  # already sorted by source
+    channels = graph.switch_channels()
+    src = layout.switch_index[graph.source[channels]]
+    dst = layout.switch_index[graph.target[channels]]
     reaching, starts = np.unique(src, return_index=True)
-    distance = np.full((len(groups), switches.shape[0]), UNREACHABLE, dtype=np.int16)
-    for g, members in enumerate(groups):
-        distance[g, index[members]] = 1
+    distance = np.where(seeds, np.int16(1), UNREACHABLE).astype(np.int16)
     batch = max(1, _BFS_ELEMENTS // max(1, dst.shape[0]))
-    for lo in range(0, len(groups), batch):
+    for lo in range(0, distance.shape[0], batch):
         block = distance[lo : lo + batch]
         level = 1
         while src.size:
-            frontier = block == level
-            # A switch is one hop further than its nearest neighbour on the frontier.
-            reached = np.logical_or.reduceat(frontier[:, dst], starts, axis=1)
+            reached = np.logical_or.reduceat(block[:, dst] == level, starts, axis=1)
             current = block[:, reaching]
             new = reached & (current == UNREACHABLE)
             if not new.any():
@@ -87,61 +46,71 @@ def _switch_distances(graph: ChannelGraph, switches: np.ndarray, groups: list[np
     return distance
 
 
-def hop_distances(fabric: Fabric, graph: ChannelGraph) -> np.ndarray:
-    """[N, H] int16 hops from every node to every host over usable links; UNREACHABLE if none."""
-    hosts, n = fabric.num_hosts, fabric.num_nodes
-    host_group, groups, (up_host, up_switch) = _attachment_groups(fabric, graph)
-    switches = np.flatnonzero(~graph.is_host)
-    by_group = _switch_distances(graph, switches, groups)
-    padded = np.vstack([by_group, np.full((1, switches.shape[0]), UNREACHABLE, dtype=np.int16)])
-    distance = np.full((n, hosts), UNREACHABLE, dtype=np.int16)
-    distance[switches] = padded.T[:, np.where(host_group >= 0, host_group, len(groups))]
-    if up_host.size:
-        count = np.bincount(up_host, minlength=hosts)
-        attached = np.flatnonzero(count)
-        if (count <= 1).all():  # single uplinks (the usual case): no reduction needed
-            nearest = distance[up_switch]
-        else:
-            nearest = np.minimum.reduceat(distance[up_switch], (np.cumsum(count) - count)[attached], axis=0)
-        distance[fabric.host_nodes[attached]] = np.where(nearest >= UNREACHABLE, UNREACHABLE, nearest + 1)
-    distance[fabric.host_nodes, np.arange(hosts)] = 0
-    return distance
+def row_candidates(
+    state: ClassState, lo: int, hi: int, metric: np.ndarray, allowed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Shared by the class engines: per rows lo..hi-1 and classes (`metric` [c, S], hops to each class).
+
+    Returns (toward [n, W, c] hops of each column's far switch, the row's own hops [n, c], switch
+    columns [n, W] usable toward a switch, and deliver [n, c]). A host row's hops are one more than
+    its best uplink. `allowed` [n, W] further restricts the columns.
+    """
+    layout, graph = state.layout, state.graph
+    padded = layout.padded[lo:hi]
+    channel = np.maximum(padded, 0)
+    target = graph.target[channel]
+    to_switch = (padded >= 0) & graph.usable[channel] & ~graph.is_host[target]
+    if allowed is not None:
+        to_switch &= allowed
+    by_switch = metric.T  # [S, c]
+    toward = by_switch[np.maximum(layout.switch_index[target], 0)]  # [n, W, c]
+    toward = np.where(to_switch[:, :, None], toward, UNREACHABLE)
+    nodes = layout.row_nodes[lo:hi]
+    switch_rows = layout.is_switch_row[lo:hi]
+    own = np.empty((hi - lo, metric.shape[0]), dtype=np.int16)
+    own[switch_rows] = by_switch[layout.switch_index[nodes[switch_rows]]]
+    if (~switch_rows).any():  # multi-homed hosts: one more than their best uplink
+        best = toward[~switch_rows].min(axis=1)
+        own[~switch_rows] = np.where(best < UNREACHABLE, best + 1, UNREACHABLE)
+    deliver = switch_rows[:, None] & (own == 1)
+    return toward, own, to_switch, deliver
 
 
-class MinHop:
+class MinHop(ClassEngine):
     """OpenSM's `minhop` engine: shortest paths, equal-hop ports balanced per switch."""
 
     name = "minhop"
 
-    def compute(self, fabric: Fabric) -> Routes:
-        """Routes of `fabric` over its usable links."""
-        started = time.perf_counter_ns()
-        hosts = fabric.num_hosts
-        if fabric.num_nodes * hosts > MAX_NODE_HOST_PAIRS:
-            raise ResourceExhausted(
-                f"{fabric.num_nodes} nodes x {hosts} hosts exceeds the {MAX_NODE_HOST_PAIRS} pairs "
-                "routes can hold"
-            )
-        graph = ChannelGraph.of(fabric)
-        distance = hop_distances(fabric, graph)
-        host_rows = distance[fabric.host_nodes]
-        unreachable = int(np.count_nonzero(host_rows >= UNREACHABLE))
-        node_host = fabric.node_host
+    def class_state(self, state: ClassState, columns: np.ndarray) -> dict[str, np.ndarray]:
+        seeds = state.classes.attachment(
+            state.layout.switch_index, state.layout.switch_nodes.shape[0], columns
+        )
+        return {"hops": class_distances(state.graph, state.layout, seeds)}
 
-        def candidates(start: int, stop: int, padded: np.ndarray) -> np.ndarray:
-            present = padded >= 0
-            target = graph.target[np.maximum(padded, 0)]  # [n, width]
-            here = distance[start:stop]  # [n, H]
-            valid = distance[target] == (here - 1)[:, None, :]
-            valid &= ((here > 0) & (here < UNREACHABLE))[:, None, :]
-            valid &= present[:, :, None]
-            # A channel into a host serves that host only: hosts are not transit.
-            row, col = np.nonzero(present & graph.is_host[target])
-            if row.size:
-                dest = node_host[target[row, col]]
-                keep = valid[row, col, dest]
-                valid[row, col, :] = False
-                valid[row, col, dest] = keep
-            return valid
+    def candidates(
+        self, state: ClassState, lo: int, hi: int, columns: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        toward, own, _, deliver = row_candidates(state, lo, hi, state.per_class["hops"][columns])
+        routed = (own >= 2) & (own < UNREACHABLE)
+        valid = (toward == (own - 1)[:, None, :]) & routed[:, None, :]
+        return valid, deliver
 
-        return routes_from_candidates(self.name, graph, hosts, candidates, unreachable, started)
+    def up_effects(self, state: ClassState, channel: int) -> tuple[np.ndarray, np.ndarray]:
+        index = state.layout.switch_index
+        hops = state.per_class["hops"].astype(np.int32)
+        here = hops[:, index[state.graph.source[channel]]]
+        there = hops[:, index[state.graph.target[channel]]]
+        shorter = (there < UNREACHABLE) & (there + 1 < here)
+        equal = (there + 1 == here) & (here >= 2)
+        return shorter, equal
+
+    def lft(self, state: ClassState, group_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return balanced_lft(
+            state.groups,
+            group_ids,
+            rows,
+            state.classes.host_class,
+            state.lid_order,
+            state.graph.port,
+            state.delivery(),
+        )

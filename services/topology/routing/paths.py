@@ -56,7 +56,7 @@ def list_paths(
 
     def hops(node: int) -> tuple[list[int], list[int]]:
         if node not in groups:
-            channels = routes.group(node, host).tolist()
+            channels = routes.group(fabric, node, host).tolist()
             groups[node] = (channels, _targets(fabric, channels))
         return groups[node]
 

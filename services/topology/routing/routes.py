@@ -1,146 +1,159 @@
-"""Routes: the forwarding state of a fabric as CSR over (node, destination host), and how engines build it.
+"""Routes: the forwarding state one engine computed for one fabric, and how two of them compare.
 
-The layout is the snapshot's (services/common/snapshot.py): the equal-cost next channels of node n
-toward host h are `next_channels[offsets[n*H+h] : offsets[n*H+h+1]]`, the first one being the LFT
-(single-port) choice and the rest in port order. An empty group means no route, or n is h itself.
-
-Engines describe their candidates chunk by chunk as a boolean array [nodes, out channels, hosts];
-`routes_from_candidates` balances the LFT choice (balance.py) and writes the CSR, so no engine ever
-loops over (node, host) pairs in Python.
+The arrays are a `RouteTable` (services/common/snapshot.py: LFT port per (row, host), equal-cost
+group ids per (row, destination class)), exactly what snapshots ship; `lookup(fabric)` resolves any
+(node, host) pair to its channels. `state` is whatever the engine keeps to reroute incrementally.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-from services.topology.routing.balance import choose_lft_columns
-from services.topology.routing.graph import ChannelGraph
+from services.common.snapshot import DELIVER, LFT_ONLY, NO_ROUTE, RouteLookup, RouteTable
+from services.topology.fabric import Fabric, NodeKind
 
-__all__ = ["Candidates", "Routes", "diff_routes", "routes_from_candidates"]
-
-# Elements of [nodes, channels, hosts] handled per chunk: bounds temporary memory (~100 MB).
-CHUNK_ELEMENTS = 1 << 22
-
-# candidates(start, stop, padded_out_channels) -> bool [stop-start, width, H]
-Candidates = Callable[[int, int, np.ndarray], np.ndarray]
+__all__ = ["Routes", "diff_routes", "entry_signatures"]
 
 
 @dataclasses.dataclass(eq=False)
 class Routes:
-    """Forwarding state computed by one engine for one fabric."""
+    """Forwarding state of one fabric's link states, computed by one engine."""
 
     engine: str
-    num_nodes: int
-    num_hosts: int
-    offsets: np.ndarray  # int64 [N*H+1]
-    next_channels: np.ndarray  # int32 [offsets[-1]]
+    table: RouteTable
     unreachable_pairs: int  # ordered host pairs (src != dst) without a route
     compute_ns: int
+    incremental: bool = False  # True when only what had to change was recomputed
+    state: Any = None  # the engine's reusable state (for incremental reroutes)
+    changed_rows: np.ndarray | None = None  # rows an incremental reroute recomputed (None: all)
+    group_lineage: object = None  # routes with the same lineage number their groups alike
+    _lookup: tuple[int, RouteLookup] | None = dataclasses.field(default=None, repr=False)
 
-    def group(self, node: int, host: int) -> np.ndarray:
-        """Equal-cost next channels of `node` toward host index `host` (LFT choice first)."""
-        i = node * self.num_hosts + host
-        return self.next_channels[self.offsets[i] : self.offsets[i + 1]]
+    @property
+    def num_nodes(self) -> int:
+        return int(self.table.node_row.shape[0])
 
-    def group_sizes(self) -> np.ndarray:
-        """[N, H] number of equal-cost next channels per (node, destination host)."""
-        return np.diff(self.offsets).reshape(self.num_nodes, self.num_hosts)
+    @property
+    def num_hosts(self) -> int:
+        return int(self.table.dest_class.shape[0])
 
-    def lft_channels(self, node: int) -> np.ndarray:
-        """[H] the LFT channel of `node` toward every host, -1 where there is none."""
-        row = slice(node * self.num_hosts, (node + 1) * self.num_hosts + 1)
-        offsets = self.offsets[row]
-        out = np.full(self.num_hosts, -1, dtype=np.int32)
-        has = offsets[1:] > offsets[:-1]
-        out[has] = self.next_channels[offsets[:-1][has]]
-        return out
+    def lookup(self, fabric: Fabric) -> RouteLookup:
+        """The lookup of these routes over `fabric`'s wiring (cached for the last fabric asked)."""
+        if self._lookup is None or self._lookup[0] != id(fabric):
+            lookup = RouteLookup(
+                self.table,
+                fabric.node_kind,
+                fabric.link_a,
+                fabric.link_b,
+                fabric.link_port_a,
+                fabric.link_port_b,
+                fabric.link_state,
+            )
+            self._lookup = (id(fabric), lookup)
+        return self._lookup[1]
 
+    def group(self, fabric: Fabric, node: int, host: int) -> np.ndarray:
+        """Equal-cost next channels of `node` toward host index `host`, LFT choice first."""
+        lookup = self.lookup(fabric)
+        start, size = lookup.groups(np.array([node]), np.array([host]))
+        return lookup.channels[int(start[0]) : int(start[0] + size[0])].astype(np.int64)
 
-def _chunks(degree: np.ndarray, num_hosts: int, budget: int) -> Iterator[tuple[int, int]]:
-    """Consecutive node ranges whose padded [nodes, max degree, hosts] stays within `budget`."""
-    start, width = 0, 0
-    for node, d in enumerate(degree.tolist()):
-        wider = max(width, d, 1)
-        if node > start and (node - start + 1) * wider * num_hosts > budget:
-            yield start, node
-            start, wider = node, max(d, 1)
-        width = wider
-    if start < degree.shape[0]:
-        yield start, int(degree.shape[0])
-
-
-def _csr_rows(padded: np.ndarray, valid: np.ndarray, lft: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The flattened groups of a chunk: per (node, host), the LFT channel then the others in port order."""
-    n, width, _ = valid.shape
-    if width == 0:
-        return np.empty(0, dtype=np.int32)
-    rows = np.arange(n, dtype=np.int64)[:, None]
-    if sizes.max(initial=0) <= 1:  # single-candidate groups: just the LFT channels
-        return padded.ravel()[(lft + rows * width).ravel()[sizes.ravel() > 0]]
-    others = valid & (np.arange(width)[None, :, None] != lft[:, None, :])
-    # The CSR is row-major over (node, host, port): one transposed copy of the mask, then extract.
-    others = np.ascontiguousarray(others.transpose(0, 2, 1))
-    rest = np.broadcast_to(padded[:, None, :], others.shape)[others]
-    has = sizes.ravel() > 0
-    chosen = padded.ravel()[(lft + rows * width).ravel()[has]]
-    # Each group's LFT channel goes in front of its others: at the cumulative count of others so far.
-    before = np.cumsum(sizes.ravel() - has, dtype=np.int64) - (sizes.ravel() - has)
-    return np.insert(rest, before[has], chosen)
+    def lft_ports(self, node: int) -> np.ndarray:
+        """[H] LFT output port of a node with a routing row toward every host (0: none)."""
+        return self.table.lft_ports[self.table.node_row[node]].astype(np.int64)
 
 
-def routes_from_candidates(
-    engine: str,
-    graph: ChannelGraph,
-    num_hosts: int,
-    candidates: Candidates,
-    unreachable_pairs: int,
-    started_ns: int,
-) -> Routes:
-    """Assemble Routes from an engine's candidate channels, chunk by chunk of nodes."""
-    n = graph.num_nodes
-    sizes = np.zeros((n, num_hosts), dtype=np.int32)
-    pieces: list[np.ndarray] = []
-    for start, stop in _chunks(graph.out_degree, num_hosts, CHUNK_ELEMENTS):
-        padded = graph.padded_out_channels(start, stop)
-        valid = candidates(start, stop, padded)
-        lft, sizes[start:stop] = choose_lft_columns(valid)
-        pieces.append(_csr_rows(padded, valid, lft, sizes[start:stop]))
-    offsets = np.empty(n * num_hosts + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = sizes.ravel()
-    np.cumsum(offsets, out=offsets)
-    next_channels = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int32)
-    return Routes(
-        engine=engine,
-        num_nodes=n,
-        num_hosts=num_hosts,
-        offsets=offsets,
-        next_channels=next_channels,
-        unreachable_pairs=unreachable_pairs,
-        compute_ns=time.perf_counter_ns() - started_ns,
-    )
+def _channel_hash(count: int) -> np.ndarray:
+    """splitmix64 of 1..count: a fixed pseudo-random 64-bit value per channel."""
+    z = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
-def diff_routes(old: Routes, new: Routes, nodes: np.ndarray) -> tuple[int, int]:
-    """(entries, nodes) among `nodes` whose group toward some host differs between `old` and `new`."""
-    if (old.num_nodes, old.num_hosts) != (new.num_nodes, new.num_hosts):
-        sizes = new.group_sizes()[nodes]
-        return int(sizes.size), int(nodes.shape[0])
-    old_sizes, new_sizes = old.group_sizes()[nodes], new.group_sizes()[nodes]
-    changed = old_sizes != new_sizes
-    pairs = (nodes[:, None].astype(np.int64) * old.num_hosts + np.arange(old.num_hosts)).ravel()
-    same = np.flatnonzero(~changed.ravel() & (old_sizes.ravel() > 0))
-    lengths = old_sizes.ravel()[same].astype(np.int64)
-    if lengths.size:
-        owner = np.repeat(np.arange(same.shape[0]), lengths)
-        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        at_old = old.offsets[pairs[same]][owner] + within
-        at_new = new.offsets[pairs[same]][owner] + within
-        differs = old.next_channels[at_old] != new.next_channels[at_new]
-        pair_differs = np.bincount(owner, weights=differs, minlength=same.shape[0]) > 0
-        changed.ravel()[same[pair_differs]] = True
-    return int(changed.sum()), int(changed.any(axis=1).sum())
+def _class_signatures(
+    fabric: Fabric, table: RouteTable, rows: np.ndarray, channel_hash: np.ndarray
+) -> np.ndarray:
+    """[len(rows), H] order-free hash of the equal-cost set of each (row, destination host) entry."""
+    offsets = np.asarray(table.group_offsets, dtype=np.int64)
+    group_hash = np.zeros(offsets.shape[0] - 1, dtype=np.uint64)
+    sizes = np.diff(offsets)
+    if sizes.any():
+        nonempty = sizes > 0
+        group_hash[nonempty] = np.add.reduceat(channel_hash[table.group_channels], offsets[:-1][nonempty])
+    cls = table.dest_class.astype(np.int64)
+    if table.group_ids.shape[1] == 0:  # no host is cabled to a switch
+        return np.zeros((rows.shape[0], cls.shape[0]), dtype=np.uint64)
+    ids = np.where(cls >= 0, table.group_ids[rows][:, np.maximum(cls, 0)], NO_ROUTE)
+    group_hash = np.append(group_hash, np.uint64(0))  # the last slot stands for "no group"
+    out = group_hash[np.where(ids >= 0, ids, group_hash.shape[0] - 1)]
+    special = np.nonzero((ids == DELIVER) | (ids == LFT_ONLY))
+    if special[0].size:  # rare cells: resolve them through the lookup
+        row_nodes = np.flatnonzero(table.node_row >= 0)[np.argsort(table.node_row[table.node_row >= 0])]
+        lookup = RouteLookup(
+            table,
+            fabric.node_kind,
+            fabric.link_a,
+            fabric.link_b,
+            fabric.link_port_a,
+            fabric.link_port_b,
+            fabric.link_state,
+        )
+        start, size = lookup.groups(row_nodes[rows[special[0]]], special[1])
+        prefix = np.zeros(lookup.channels.shape[0] + 1, dtype=np.uint64)
+        np.cumsum(channel_hash[lookup.channels.astype(np.int64)], out=prefix[1:])
+        out[special] = prefix[start + size] - prefix[start]
+    return out
+
+
+def entry_signatures(fabric: Fabric, routes: Routes, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(set hash, LFT port), each [len(rows), H], of every forwarding entry of the given routing rows.
+
+    The hash is an order-free sum over the entry's equal-cost channels, so two entries with the same
+    LFT port and the same set of channels have equal signatures whatever their group ids.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    channel_hash = _channel_hash(2 * fabric.num_links + 1)[1:]
+    channel_hash = np.concatenate([channel_hash, np.zeros(1, dtype=np.uint64)])  # index -1: no channel
+    signature = _class_signatures(fabric, routes.table, rows, channel_hash)
+    return signature, routes.table.lft_ports[rows].astype(np.int64)
+
+
+def diff_routes(
+    old_fabric: Fabric, old: Routes, new_fabric: Fabric, new: Routes, rows: np.ndarray | None = None
+) -> tuple[int, int]:
+    """(forwarding entries, switches) whose LFT port or equal-cost set differs between `old` and `new`.
+
+    Only switches are counted (hosts have no forwarding table). `rows` limits the comparison to
+    those routing rows (an incremental reroute knows which ones it recomputed).
+    """
+    switch_rows = new.table.node_row[new_fabric.node_kind == NodeKind.SWITCH].astype(np.int64)
+    rows = switch_rows if rows is None else np.intersect1d(switch_rows, rows)
+    if old.group_lineage is not None and old.group_lineage is new.group_lineage:
+        return _diff_same_lineage(old.table, new.table, rows)
+    entries, changed_switches = 0, 0
+    for lo in range(0, rows.shape[0], 256):  # bounded temporaries: 256 x H entries at a time
+        chunk = rows[lo : lo + 256]
+        old_sig, old_lft = entry_signatures(old_fabric, old, chunk)
+        new_sig, new_lft = entry_signatures(new_fabric, new, chunk)
+        changed = (old_sig != new_sig) | (old_lft != new_lft)
+        entries += int(changed.sum())
+        changed_switches += int(changed.any(axis=1).sum())
+    return entries, changed_switches
+
+
+def _diff_same_lineage(old: RouteTable, new: RouteTable, rows: np.ndarray) -> tuple[int, int]:
+    """Fast diff of two tables whose group ids mean the same groups: compare ids and LFT ports."""
+    entries, changed_rows = 0, 0
+    old_class, new_class = old.dest_class.astype(np.int64), new.dest_class.astype(np.int64)
+    for lo in range(0, rows.shape[0], 256):
+        chunk = rows[lo : lo + 256]
+        before = np.where(old_class >= 0, old.group_ids[chunk][:, np.maximum(old_class, 0)], NO_ROUTE)
+        after = np.where(new_class >= 0, new.group_ids[chunk][:, np.maximum(new_class, 0)], NO_ROUTE)
+        changed = (before != after) | (old.lft_ports[chunk] != new.lft_ports[chunk])
+        entries += int(changed.sum())
+        changed_rows += int(changed.any(axis=1).sum())
+    return entries, changed_rows

@@ -1345,10 +1345,23 @@ class FabricSnapshot(_message.Message):
     ROUTE_NEXT_CHANNELS_FIELD_NUMBER: _builtins.int
     LINK_NAMES_FIELD_NUMBER: _builtins.int
     HOST_RAIL_FIELD_NUMBER: _builtins.int
+    ROUTE_ENCODING_FIELD_NUMBER: _builtins.int
+    LINK_PORT_A_FIELD_NUMBER: _builtins.int
+    LINK_PORT_B_FIELD_NUMBER: _builtins.int
+    ROUTE_NODE_ROW_FIELD_NUMBER: _builtins.int
+    ROUTE_DEST_CLASS_FIELD_NUMBER: _builtins.int
+    ROUTE_GROUP_IDS_FIELD_NUMBER: _builtins.int
+    ROUTE_GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
+    ROUTE_GROUP_CHANNELS_FIELD_NUMBER: _builtins.int
+    ROUTE_LFT_PORTS_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`."""
     routing_version: _builtins.int
     """Routing version of the tables below."""
+    route_encoding: _builtins.int
+    """How routes are encoded: 0 or 1 is the CSR above (route_offsets, route_next_channels); 2 is the
+    compact encoding below (services/common/snapshot.py explains it and how to read it).
+    """
     @_builtins.property
     def node_kind(self) -> _common_pb2.NumericArray:
         """[N] int8, NodeKind per node."""
@@ -1395,14 +1408,14 @@ class FabricSnapshot(_message.Message):
 
     @_builtins.property
     def route_offsets(self) -> _common_pb2.NumericArray:
-        """Routing as CSR over (node, destination host): for node n and host h the equal-cost next
-        channels are next_channels[offsets[n*H+h] : offsets[n*H+h+1]] ([N*H+1] int64 offsets).
-        The first entry of each group is the LFT (single-port) choice.
+        """Encoding 1 (route_encoding 0 or 1; no longer written by the topology service): routing as CSR
+        over (node, destination host): for node n and host h the equal-cost next channels are
+        next_channels[offsets[n*H+h] : offsets[n*H+h+1]] ([N*H+1] int64 offsets), LFT choice first.
         """
 
     @_builtins.property
     def route_next_channels(self) -> _common_pb2.NumericArray:
-        """Channels (2*l or 2*l+1) leaving the node toward the destination, int32."""
+        """Encoding 1: channels (2*l or 2*l+1) leaving the node toward the destination, int32."""
 
     @_builtins.property
     def link_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -1411,6 +1424,47 @@ class FabricSnapshot(_message.Message):
     @_builtins.property
     def host_rail(self) -> _common_pb2.NumericArray:
         """[H] int32, rail of each host (-1 if none)."""
+
+    @_builtins.property
+    def link_port_a(self) -> _common_pb2.NumericArray:
+        """[L] int32, port of each link on its a end."""
+
+    @_builtins.property
+    def link_port_b(self) -> _common_pb2.NumericArray:
+        """[L] int32, port of each link on its b end."""
+
+    @_builtins.property
+    def route_node_row(self) -> _common_pb2.NumericArray:
+        """Encoding 2: [N] int32, routing row of each node; -1 for a host with at most one switch link,
+        whose group is its usable uplink whenever the switch beyond routes on.
+        """
+
+    @_builtins.property
+    def route_dest_class(self) -> _common_pb2.NumericArray:
+        """Encoding 2: [H] int32, destination class of each host (the set of switches it is cabled to);
+        -1 for a host with no usable link.
+        """
+
+    @_builtins.property
+    def route_group_ids(self) -> _common_pb2.NumericArray:
+        """Encoding 2: [R, C] int32, equal-cost group of row r toward class c: an index into the groups
+        below, or -1 no route, -2 the row's node is cabled to the destination (the group is those
+        cables), -3 the group is the LFT port alone.
+        """
+
+    @_builtins.property
+    def route_group_offsets(self) -> _common_pb2.NumericArray:
+        """Encoding 2: [G+1] int64, offsets of each group in route_group_channels."""
+
+    @_builtins.property
+    def route_group_channels(self) -> _common_pb2.NumericArray:
+        """Encoding 2: int32, the channels of each group in port order."""
+
+    @_builtins.property
+    def route_lft_ports(self) -> _common_pb2.NumericArray:
+        """Encoding 2: [R, H] uint8 (uint16 beyond 255 ports), LFT output port of row r toward host h;
+        0 where there is no route.
+        """
 
     def __init__(
         self,
@@ -1432,14 +1486,75 @@ class FabricSnapshot(_message.Message):
         route_next_channels: _common_pb2.NumericArray | None = ...,
         link_names: _abc.Iterable[_builtins.str] | None = ...,
         host_rail: _common_pb2.NumericArray | None = ...,
+        route_encoding: _builtins.int = ...,
+        link_port_a: _common_pb2.NumericArray | None = ...,
+        link_port_b: _common_pb2.NumericArray | None = ...,
+        route_node_row: _common_pb2.NumericArray | None = ...,
+        route_dest_class: _common_pb2.NumericArray | None = ...,
+        route_group_ids: _common_pb2.NumericArray | None = ...,
+        route_group_offsets: _common_pb2.NumericArray | None = ...,
+        route_group_channels: _common_pb2.NumericArray | None = ...,
+        route_lft_ports: _common_pb2.NumericArray | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_tier", b"node_tier", "route_next_channels", b"route_next_channels", "route_offsets", b"route_offsets"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_port_a", b"link_port_a", "link_port_b", b"link_port_b", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_tier", b"node_tier", "route_dest_class", b"route_dest_class", "route_group_channels", b"route_group_channels", "route_group_ids", b"route_group_ids", "route_group_offsets", b"route_group_offsets", "route_lft_ports", b"route_lft_ports", "route_next_channels", b"route_next_channels", "route_node_row", b"route_node_row", "route_offsets", b"route_offsets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric", b"fabric", "host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_names", b"link_names", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_names", b"node_names", "node_tier", b"node_tier", "route_next_channels", b"route_next_channels", "route_offsets", b"route_offsets", "routing_version", b"routing_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric", b"fabric", "host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_names", b"link_names", "link_port_a", b"link_port_a", "link_port_b", b"link_port_b", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_names", b"node_names", "node_tier", b"node_tier", "route_dest_class", b"route_dest_class", "route_encoding", b"route_encoding", "route_group_channels", b"route_group_channels", "route_group_ids", b"route_group_ids", "route_group_offsets", b"route_group_offsets", "route_lft_ports", b"route_lft_ports", "route_next_channels", b"route_next_channels", "route_node_row", b"route_node_row", "route_offsets", b"route_offsets", "routing_version", b"routing_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FabricSnapshot: _TypeAlias = FabricSnapshot  # noqa: Y015
+
+@_typing.final
+class StreamFabricSnapshotRequest(_message.Message):
+    """Request of StreamFabricSnapshot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """`fabrics/{fabric}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamFabricSnapshotRequest: _TypeAlias = StreamFabricSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class StreamFabricSnapshotResponse(_message.Message):
+    """One chunk of a serialized FabricSnapshot; concatenating every chunk's `data` in order gives it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the serialized FabricSnapshot."""
+    total_bytes: _builtins.int
+    """Size of the whole serialized snapshot (the same in every chunk)."""
+    routing_version: _builtins.int
+    """Routing version of the snapshot (the same in every chunk)."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        total_bytes: _builtins.int = ...,
+        routing_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "routing_version", b"routing_version", "total_bytes", b"total_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamFabricSnapshotResponse: _TypeAlias = StreamFabricSnapshotResponse  # noqa: Y015
 
 @_typing.final
 class WatchFabricRequest(_message.Message):

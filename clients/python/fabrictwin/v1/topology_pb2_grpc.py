@@ -111,6 +111,11 @@ class TopologyServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_topology__pb2.GetFabricSnapshotRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_topology__pb2.FabricSnapshot.FromString,
                 _registered_method=True)
+        self.StreamFabricSnapshot = channel.unary_stream(
+                '/fabrictwin.v1.TopologyService/StreamFabricSnapshot',
+                request_serializer=fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotResponse.FromString,
+                _registered_method=True)
         self.WatchFabric = channel.unary_stream(
                 '/fabrictwin.v1.TopologyService/WatchFabric',
                 request_serializer=fabrictwin_dot_v1_dot_topology__pb2.WatchFabricRequest.SerializeToString,
@@ -222,7 +227,15 @@ class TopologyServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetFabricSnapshot(self, request, context):
-        """A compact, versioned snapshot of the fabric and its routes, for the simulator.
+        """A compact, versioned snapshot of the fabric and its routes, for the simulator. Fails with
+        RESOURCE_EXHAUSTED when it would exceed the server's message limit: use StreamFabricSnapshot.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamFabricSnapshot(self, request, context):
+        """The same snapshot as a stream of chunks of its serialized bytes, for snapshots of any size.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -312,6 +325,11 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.GetFabricSnapshot,
                     request_deserializer=fabrictwin_dot_v1_dot_topology__pb2.GetFabricSnapshotRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_topology__pb2.FabricSnapshot.SerializeToString,
+            ),
+            'StreamFabricSnapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamFabricSnapshot,
+                    request_deserializer=fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotResponse.SerializeToString,
             ),
             'WatchFabric': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchFabric,
@@ -726,6 +744,33 @@ class TopologyService:
             '/fabrictwin.v1.TopologyService/GetFabricSnapshot',
             fabrictwin_dot_v1_dot_topology__pb2.GetFabricSnapshotRequest.SerializeToString,
             fabrictwin_dot_v1_dot_topology__pb2.FabricSnapshot.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamFabricSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fabrictwin.v1.TopologyService/StreamFabricSnapshot',
+            fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_topology__pb2.StreamFabricSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

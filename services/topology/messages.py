@@ -1,0 +1,136 @@
+"""Domain -> fabrictwin.v1 messages for the topology servicer, and the enum <-> name mappings.
+
+Plain translation: records, fabric arrays, routing changes and events in, proto messages out.
+"""
+
+from __future__ import annotations
+
+from fabrictwin.v1 import topology_pb2
+from google.protobuf import json_format
+
+from services.common.errors import InvalidArgument
+from services.topology.events import FabricEvent
+from services.topology.fabric import Fabric, format_ipv4
+from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
+from services.topology.registry import RoutingChange
+from services.topology.store import FabricRecord
+
+__all__ = [
+    "IMPORT_FORMATS",
+    "LFTS_FORMAT",
+    "engine_name",
+    "engine_value",
+    "event_message",
+    "fabric_message",
+    "format_name",
+    "link_message",
+    "node_message",
+    "node_name",
+    "routing_summary",
+]
+
+IMPORT_FORMATS = ("ibnetdiscover", "json", "ns3_hpcc")
+
+
+def engine_name(value: int, field: str) -> str | None:
+    """'minhop' for ROUTING_ENGINE_MINHOP; None for UNSPECIFIED; InvalidArgument for unknown numbers."""
+    if value == topology_pb2.ROUTING_ENGINE_UNSPECIFIED:
+        return None
+    if value not in topology_pb2.RoutingEngine.values():
+        raise InvalidArgument(field, f"unknown routing engine {value}")
+    return topology_pb2.RoutingEngine.Name(value).removeprefix("ROUTING_ENGINE_").lower()
+
+
+def engine_value(name: str) -> int:
+    return topology_pb2.RoutingEngine.Value("ROUTING_ENGINE_" + name.upper())
+
+
+def format_name(value: int, field: str = "format") -> str:
+    """'ibnetdiscover' for TOPOLOGY_FORMAT_IBNETDISCOVER; InvalidArgument for UNSPECIFIED or unknown."""
+    if value == topology_pb2.TOPOLOGY_FORMAT_UNSPECIFIED:
+        raise InvalidArgument(field, "choose a format")
+    if value not in topology_pb2.TopologyFormat.values():
+        raise InvalidArgument(field, f"unknown topology format {value}")
+    return topology_pb2.TopologyFormat.Name(value).removeprefix("TOPOLOGY_FORMAT_").lower()
+
+
+def fabric_message(record: FabricRecord) -> topology_pb2.Fabric:
+    message = topology_pb2.Fabric(
+        name=f"fabrics/{record.id}",
+        display_name=record.display_name,
+        host_count=record.host_count,
+        switch_count=record.switch_count,
+        link_count=record.link_count,
+        routing_engine=engine_value(record.routing_engine),
+        routing_version=record.routing_version,
+        labels=record.labels,
+    )
+    if record.spec is not None:
+        json_format.ParseDict(record.spec, message.spec)
+    elif record.imported_format:
+        message.imported_format = topology_pb2.TopologyFormat.Value(
+            "TOPOLOGY_FORMAT_" + record.imported_format.upper()
+        )
+    message.create_time.FromDatetime(record.create_time)
+    message.update_time.FromDatetime(record.update_time)
+    return message
+
+
+def node_name(fabric_id: str, fabric: Fabric, node: int) -> str:
+    return f"fabrics/{fabric_id}/nodes/{fabric.node_names[node]}"
+
+
+def node_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Node:
+    return topology_pb2.Node(
+        name=node_name(fabric_id, fabric, i),
+        index=i,
+        kind=int(fabric.node_kind[i]),
+        display_name=fabric.node_names[i],
+        tier=int(fabric.node_tier[i]),
+        radix=int(fabric.node_radix[i]),
+        guid=int(fabric.node_guid[i]),
+        lid=int(fabric.node_lid[i]),
+        rail=int(fabric.node_rail[i]),
+        group=int(fabric.node_group[i]),
+        ip_address=format_ipv4(fabric.node_ip[i]),
+    )
+
+
+def link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
+    return topology_pb2.Link(
+        name=f"fabrics/{fabric_id}/links/{i}",
+        index=i,
+        node_a=node_name(fabric_id, fabric, int(fabric.link_a[i])),
+        port_a=int(fabric.link_port_a[i]),
+        node_b=node_name(fabric_id, fabric, int(fabric.link_b[i])),
+        port_b=int(fabric.link_port_b[i]),
+        speed_gbps=int(fabric.link_rate_bps[i]) / 1e9,
+        latency_ns=int(fabric.link_latency_ns[i]),
+        state=int(fabric.link_state[i]),
+        bit_error_rate=float(fabric.link_ber[i]),
+        display_name=fabric.link_names[i],
+    )
+
+
+def routing_summary(change: RoutingChange) -> topology_pb2.RoutingSummary:
+    record, routes = change.routed.record, change.routed.routes
+    return topology_pb2.RoutingSummary(
+        fabric=f"fabrics/{record.id}",
+        routing_engine=engine_value(record.routing_engine),
+        routing_version=record.routing_version,
+        compute_ns=routes.compute_ns,
+        changed_entries=change.changed_entries,
+        changed_switches=change.changed_switches,
+        unreachable_pairs=routes.unreachable_pairs,
+        incremental=routes.incremental,
+    )
+
+
+def event_message(event: FabricEvent) -> topology_pb2.FabricEvent:
+    message = topology_pb2.FabricEvent(kind=int(event.kind), fabric=f"fabrics/{event.fabric_id}")
+    message.time.FromDatetime(event.time)
+    if event.link is not None and event.routing is not None:
+        message.link.CopyFrom(link_message(event.fabric_id, event.routing.routed.fabric, event.link))
+    elif event.routing is not None:
+        message.routing.CopyFrom(routing_summary(event.routing))
+    return message

@@ -1,0 +1,21 @@
+"""Fixtures of the topology tests: a real TopologyService on port 0 over SQLite in a temporary directory."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from fabrictwin.v1 import topology_pb2_grpc
+
+from services.common.config import ServiceConfig
+from services.common.server import serving
+from services.topology.__main__ import build
+
+
+@pytest.fixture
+async def topology(tmp_path):
+    """A stub of a real topology server (built as `python -m services.topology` builds it)."""
+    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 'topology.db'}")
+    services, cleanup = await build(config)
+    async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
+        yield topology_pb2_grpc.TopologyServiceStub(channel)
+    await cleanup()
