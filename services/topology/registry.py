@@ -140,6 +140,7 @@ class FabricRegistry:
         *,
         default_link_speed_gbps: float,
         default_link_latency_ns: int,
+        take_slower_end_on_speed_mismatch: bool = False,
     ) -> RoutedFabric:
         """Parse a dump (services.topology.formats), route and store it; nothing is stored on error."""
         from services.topology.formats import import_fabric  # the formats package loads its parsers lazily
@@ -154,6 +155,7 @@ class FabricRegistry:
                 content,
                 default_link_speed_gbps=default_link_speed_gbps,
                 default_link_latency_ns=default_link_latency_ns,
+                take_slower_end_on_speed_mismatch=take_slower_end_on_speed_mismatch,
             )
         )
         return await self._add(fabric_id, display_name, fabric, engine, {}, imported_format=format)

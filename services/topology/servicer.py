@@ -121,6 +121,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             engine,
             default_link_speed_gbps=request.default_link_speed_gbps or 400.0,
             default_link_latency_ns=request.default_link_latency_ns or 500,
+            take_slower_end_on_speed_mismatch=request.take_slower_end_on_speed_mismatch,
         )
         return fabric_message(routed.record)
 

@@ -165,3 +165,32 @@ async def test_exporting_needs_a_format(topology):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await topology.ExportFabric(pb.ExportFabricRequest(name="fabrics/ft2"))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "format" in err.value.details()
+
+
+async def test_the_man_page_dump_is_refused_naming_both_ends_unless_the_slower_end_is_asked_for(tmp_path):
+    from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
+
+    from services.common.config import ServiceConfig
+    from services.common.server import serving
+    from services.topology.__main__ import build
+
+    dump = (
+        pathlib.Path(__file__).resolve().parents[3] / "shared/testdata/ibnetdiscover/ibtopotool-1.topo"
+    ).read_text()
+    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 't.db'}")
+    services, cleanup = await build(config)
+    async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
+        stub = topology_pb2_grpc.TopologyServiceStub(channel)
+        request = topology_pb2.ImportFabricRequest(
+            fabric_id="manpage", format=topology_pb2.TOPOLOGY_FORMAT_IBNETDISCOVER, content=dump
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ImportFabric(request)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "line 15" in refused.value.details() and "line 26" in refused.value.details()
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.GetFabric(topology_pb2.GetFabricRequest(name="fabrics/manpage"))  # nothing stored
+        request.take_slower_end_on_speed_mismatch = True
+        fabric = await stub.ImportFabric(request)
+        assert fabric.link_count > 0
+    await cleanup()

@@ -165,6 +165,7 @@ def _import(client: Client, args: argparse.Namespace) -> int:
         routing_engine=args.routing,
         default_link_speed_gbps=args.default_speed_gbps,
         default_link_latency_ns=args.default_latency_ns,
+        take_slower_end_on_speed_mismatch=args.take_slower_end,
     )
     emit(args, fabric, _fabric_row)
     return 0
@@ -324,6 +325,11 @@ def register(root: argparse._SubParsersAction) -> None:
     p.add_argument("--id", default="", help="id of the fabric; generated if omitted")
     p.add_argument("--display-name", default="", help="human-readable name")
     p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
+    p.add_argument(
+        "--take-slower-end",
+        action="store_true",
+        help="ibnetdiscover: import links whose two ends report different speeds at the slower one",
+    )
     p.add_argument(
         "--default-speed-gbps", type=float, default=0.0, help="link speed where the dump gives none"
     )

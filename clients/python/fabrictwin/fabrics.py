@@ -148,6 +148,7 @@ class FabricsApi:
         routing_engine: EnumLike | None = None,
         default_link_speed_gbps: float = 0.0,
         default_link_latency_ns: int = 0,
+        take_slower_end_on_speed_mismatch: bool = False,
     ) -> topology_pb2.Fabric:
         """Import a dump (`format`: `ibnetdiscover`, `json`, `ns3_hpcc` or a TopologyFormat) and route it."""
         request = topology_pb2.ImportFabricRequest(
@@ -157,6 +158,7 @@ class FabricsApi:
             content=content,
             default_link_speed_gbps=default_link_speed_gbps,
             default_link_latency_ns=default_link_latency_ns,
+            take_slower_end_on_speed_mismatch=take_slower_end_on_speed_mismatch,
         )
         if routing_engine is not None:
             request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")

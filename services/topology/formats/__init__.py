@@ -69,6 +69,7 @@ def import_fabric(
     *,
     default_link_speed_gbps: float = 400.0,
     default_link_latency_ns: int = 500,
+    take_slower_end_on_speed_mismatch: bool = False,
 ) -> Fabric:
     """Parse `text` in `format` into a validated Fabric.
 
@@ -85,10 +86,16 @@ def import_fabric(
     _check_format(format, IMPORT_FORMATS, "import")
     if not isinstance(text, str):
         raise InvalidArgument("text", f"must be text, got {type(text).__name__}")
+    options = {}
+    if format == "ibnetdiscover":
+        options["rate_mismatch"] = "slower" if take_slower_end_on_speed_mismatch else "error"
+    elif take_slower_end_on_speed_mismatch:
+        raise InvalidArgument("take_slower_end_on_speed_mismatch", "applies to ibnetdiscover dumps only")
     return _importers()[format](
         text,
         default_link_speed_gbps=default_link_speed_gbps,
         default_link_latency_ns=default_link_latency_ns,
+        **options,
     )
 
 

@@ -110,7 +110,8 @@ def pair_port_lines(
         raise InvalidArgument(
             f"line {line[i]}",
             f"{names[node[i]]} port {port[i]} reports {rate[i] / 1e9:g} Gb/s but the other end, "
-            f"line {line[j]}, reports {rate[j] / 1e9:g} Gb/s; a link's two ends must agree on width x speed",
+            f"line {line[j]}, reports {rate[j] / 1e9:g} Gb/s; a link's two ends must agree on width x speed "
+            "(set take_slower_end_on_speed_mismatch to import it at the slower end's rate)",
         )
     # Where only one end gives a rate, that rate is the link's; where both do, the lower one (equal
     # unless rate_mismatch="slower" let a disagreement through).

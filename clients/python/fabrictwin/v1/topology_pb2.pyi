@@ -473,6 +473,7 @@ class ImportFabricRequest(_message.Message):
     ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
     DEFAULT_LINK_SPEED_GBPS_FIELD_NUMBER: _builtins.int
     DEFAULT_LINK_LATENCY_NS_FIELD_NUMBER: _builtins.int
+    TAKE_SLOWER_END_ON_SPEED_MISMATCH_FIELD_NUMBER: _builtins.int
     fabric_id: _builtins.str
     """The id part of the resource name; generated if empty."""
     display_name: _builtins.str
@@ -487,6 +488,11 @@ class ImportFabricRequest(_message.Message):
     """Link speed used where the dump gives none, Gb/s."""
     default_link_latency_ns: _builtins.int
     """Link latency used where the dump gives none."""
+    take_slower_end_on_speed_mismatch: _builtins.bool
+    """ibnetdiscover: when a link's two ends report different width x speed (the rdma-core man page
+    example does), take the slower end instead of refusing the dump. Off by default: the refusal
+    names both lines.
+    """
     def __init__(
         self,
         *,
@@ -497,10 +503,11 @@ class ImportFabricRequest(_message.Message):
         routing_engine: Global___RoutingEngine.ValueType = ...,
         default_link_speed_gbps: _builtins.float = ...,
         default_link_latency_ns: _builtins.int = ...,
+        take_slower_end_on_speed_mismatch: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "fabric_id", b"fabric_id", "format", b"format", "routing_engine", b"routing_engine"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "fabric_id", b"fabric_id", "format", b"format", "routing_engine", b"routing_engine", "take_slower_end_on_speed_mismatch", b"take_slower_end_on_speed_mismatch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
