@@ -174,9 +174,7 @@ async def test_the_man_page_dump_is_refused_naming_both_ends_unless_the_slower_e
     from services.common.server import serving
     from services.topology.__main__ import build
 
-    dump = (
-        pathlib.Path(__file__).resolve().parents[3] / "shared/testdata/ibnetdiscover/ibtopotool-1.topo"
-    ).read_text()
+    dump = read_shared("ibnetdiscover/ibtopotool-1.topo")
     config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 't.db'}")
     services, cleanup = await build(config)
     async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
