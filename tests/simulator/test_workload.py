@@ -3,6 +3,8 @@ import hashlib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.common.errors import InvalidArgument
 from services.simulator.placement import HostDirectory
@@ -162,3 +164,18 @@ def test_sharp_is_refused_until_infiniband_in_network_reduction_exists():
     with pytest.raises(InvalidArgument, match=r"InfiniBand.*issue #5") as caught:
         run_simulation(spec_with(dict(ring(4), algorithm="SHARP")), FABRIC)
     assert caught.value.field == "jobs[0].algorithm"
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(-3, 3), st.integers(0, 2**24)), min_size=1, max_size=60
+    )
+)
+def test_unique_rows_matches_numpys_row_unique(rows):
+    from services.simulator.paths import unique_rows
+
+    table = np.array(rows, dtype=np.int64)
+    expected, inverse = np.unique(table, axis=0, return_inverse=True)
+    got, rank = unique_rows([table[:, i] for i in range(table.shape[1])])
+    assert np.array_equal(got, expected)
+    assert np.array_equal(rank, inverse.reshape(-1))
