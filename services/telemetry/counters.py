@@ -5,7 +5,8 @@ interval. For readings r[k-1], r[k] of one port and metric, in time order:
 
 - 64-bit counters (CUMULATIVE_64, IB_DATA_64): delta = r[k] - r[k-1]; a drop in value is a reset
   (counter cleared, device rebooted), and the new reading counts from zero: delta = r[k].
-- 32- and 16-bit counters (CUMULATIVE_32, IB_DATA_32, CUMULATIVE_16): delta = (r[k] - r[k-1]) mod 2^w.
+- 32-, 16- and 8-bit counters (CUMULATIVE_32, IB_DATA_32, CUMULATIVE_16, CUMULATIVE_8):
+  delta = (r[k] - r[k-1]) mod 2^w.
   A drop is read as a wrap, the common case for PortXmitData at 400 Gb/s (it wraps in ~0.3 s); a
   reset of a narrow counter cannot be told apart from a wrap. A SymbolErrorCounter that saturates at
   0xFFFF yields zero deltas from then on, which is all that can be known.
@@ -33,6 +34,7 @@ class CounterKind(enum.IntEnum):
     IB_DATA_32 = 4
     IB_DATA_64 = 5
     CUMULATIVE_16 = 6
+    CUMULATIVE_8 = 7
 
     @property
     def is_cumulative(self) -> bool:
@@ -46,6 +48,7 @@ _WIDTH_BITS = {
     CounterKind.IB_DATA_32: 32,
     CounterKind.IB_DATA_64: 64,
     CounterKind.CUMULATIVE_16: 16,
+    CounterKind.CUMULATIVE_8: 8,
 }
 _OCTETS_PER_UNIT = {CounterKind.IB_DATA_32: 4, CounterKind.IB_DATA_64: 4}
 

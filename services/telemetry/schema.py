@@ -1,41 +1,56 @@
-"""The telemetry tables: sources, their ports, and samples as wide rows (one column per metric).
+"""The telemetry tables at migration head: sources, ports, wide samples, roll-ups, fabric links.
 
-Tables are prefixed `telemetry_` because in production every service may share one PostgreSQL
-database. They are created with `metadata.create_all` for now; Alembic migrations arrive with
-issue #6, and this module stays the one description of the schema they start from.
+This module describes the schema the code reads and writes; `migrations/` creates it (Alembic, run
+to head on every start), and a test checks that the two agree. Tables are prefixed `telemetry_`
+because every service may share one PostgreSQL database.
 
-Why the indexes look the way they do:
+Why the storage looks the way it does (the README's "Storage choices" says the same):
 
-- `telemetry_samples` has the primary key (source_id, port_id, time_ns). It makes ingest idempotent
-  (a re-sent row conflicts and is skipped) and serves every per-port time-range scan: QuerySeries
-  and TopLinks over selected ports read one contiguous key range per port. On SQLite the table is
-  WITHOUT ROWID, so the primary key is the table's own B-tree and a range scan reads rows in order.
-- `ix_telemetry_samples_source_time` on (source_id, time_ns) serves window scans over all ports of a
-  source (no port selector, "everything in the last minute") and, later, retention deletes.
-- `telemetry_counter_state` keeps, per port and cumulative metric, the last raw counter reading, so
-  that a cumulative counter is turned into per-interval deltas across batches.
+- Sources have an integer `key` besides their AIP id. Samples carry the 4-byte key, not the id, so
+  the primary key (source_key, port_id, time_ns) is 24 bytes per index entry, and every per-port
+  time-range scan (QuerySeries, GetLossHistory) is one contiguous range of it.
+- On PostgreSQL `telemetry_samples` and `telemetry_rollups` are LIST-partitioned by source_key, one
+  partition per source (`partitions.py`): deleting a source drops its partitions instead of deleting
+  millions of rows, ingest COPYs straight into the source's partition, a window scan over all ports
+  of a source never touches another source's rows, and the B-tree of one source stays small. Each
+  sample partition also has a BRIN index on time_ns: live samples arrive in time order, so a few
+  kilobytes of block-range summaries let a window scan over all ports (TopLinks, skew) read only
+  the window's blocks, at a fraction of the ingest cost of a second B-tree.
+- On SQLite the sample and roll-up tables are WITHOUT ROWID: the primary key is the table's own
+  B-tree, so a port's rows are stored together in time order.
+- No foreign keys on the hot tables: PostgreSQL checks a foreign key with a trigger per inserted
+  row. The store resolves ports in the ingest transaction and drops a source's rows with it.
+- `telemetry_rollups` keeps, per port and minute, count/sum/min/max of every metric. Queries with a
+  step that is a multiple of a minute (and AVG, MIN, MAX, SUM) read them for whole minutes and raw
+  samples only at the window's edges; the retention sweep deletes raw samples but keeps roll-ups.
+- `telemetry_fabric_links` holds the links of a fabric version (ends, port numbers, tiers), copied
+  from the topology service once, so port groups (`group:uplinks`) resolve without calling it again.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
 
 from services.common.errors import InvalidArgument
 
 __all__ = [
     "METRIC_COLUMNS",
+    "ROLLUP_AGGREGATES",
+    "ROLLUP_NS",
     "column_for_metric",
     "counter_state",
-    "create_schema",
+    "fabric_links",
     "metadata",
+    "metric_bit",
     "ports",
+    "rollup_column",
+    "rollups",
     "samples",
     "sources",
 ]
 
 # The one mapping between fabrictwin.v1.Metric numbers and sample columns. Adding a metric means a
-# proto value, a line here, and (from issue #6 on) an Alembic migration that adds the column.
+# proto value, a line here, and an Alembic migration that adds the sample and roll-up columns.
 METRIC_COLUMNS: dict[int, str] = {
     1: "tx_bytes",
     2: "rx_bytes",
@@ -57,57 +72,115 @@ METRIC_COLUMNS: dict[int, str] = {
     18: "queue_depth_bytes",
     19: "link_downed",
 }
+_METRIC_NUMBERS = {name: number for number, name in METRIC_COLUMNS.items()}
+
+ROLLUP_NS = 60_000_000_000  # roll-up resolution: one minute
+ROLLUP_AGGREGATES = ("count", "sum", "min", "max")
 
 metadata = sa.MetaData()
 
 sources = sa.Table(
     "telemetry_sources",
     metadata,
-    sa.Column("id", sa.String(63), primary_key=True),
+    sa.Column("key", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(63), nullable=False, unique=True),
     sa.Column("kind", sa.String(16), nullable=False),  # "live" or "simulated"
-    sa.Column("display_name", sa.Text, nullable=False, default=""),
-    sa.Column("fabric", sa.Text, nullable=False, default=""),  # fabrics/{fabric} or ""
-    sa.Column("simulation", sa.Text, nullable=False, default=""),  # simulations/{simulation} or ""
-    sa.Column("retention_ns", sa.BigInteger, nullable=False, default=0),
+    sa.Column("display_name", sa.Text, nullable=False),
+    sa.Column("fabric", sa.Text, nullable=False),  # fabrics/{fabric} or ""
+    sa.Column("simulation", sa.Text, nullable=False),  # simulations/{simulation} or ""
+    sa.Column("retention_ns", sa.BigInteger, nullable=False),
     sa.Column("create_time_ns", sa.BigInteger, nullable=False),
     # Kept by ingest in the same transaction as the rows, so GetSource never counts millions of rows.
-    sa.Column("sample_count", sa.BigInteger, nullable=False, default=0),
+    sa.Column("sample_count", sa.BigInteger, nullable=False),
+    sa.Column("newest_time_ns", sa.BigInteger, nullable=True),  # NULL until the first sample
+    sa.Column("metrics_mask", sa.BigInteger, nullable=False),  # bit m: metric number m was stored
+    sa.Column("rolled_up_until_ns", sa.BigInteger, nullable=False),  # roll-ups cover buckets before this
+    sa.Column("retained_from_ns", sa.BigInteger, nullable=False),  # raw samples before this were deleted
+    sa.Column("fabric_version", sa.BigInteger, nullable=False),  # fabric links it resolves against, 0 none
+    sqlite_autoincrement=True,  # a deleted source's key is never reused (ingest caches port ids by key)
 )
 
 ports = sa.Table(
     "telemetry_ports",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("source_id", sa.String(63), sa.ForeignKey(sources.c.id, ondelete="CASCADE"), nullable=False),
+    sa.Column("source_key", sa.Integer, sa.ForeignKey(sources.c.key, ondelete="CASCADE"), nullable=False),
     sa.Column("name", sa.Text, nullable=False),
-    sa.UniqueConstraint("source_id", "name", name="uq_telemetry_ports_source_name"),
+    sa.Column("rate_bps", sa.Double, nullable=True),  # link rate as last reported, to derive utilisation
+    sa.UniqueConstraint("source_key", "name", name="uq_telemetry_ports_source_name"),
+    sqlite_autoincrement=True,
 )
 
-# No foreign keys on the two hot tables: PostgreSQL checks a foreign key with a trigger per inserted
-# row, which ingest at 500k rows/s cannot afford. The store resolves ports in the same transaction
-# as the rows it inserts and deletes a source's rows explicitly, which keeps them consistent.
+
+def rollup_column(metric: str, aggregate: str) -> str:
+    """The roll-up column of a metric's aggregate: `tx_bytes_sum`, `utilisation_count`."""
+    return f"{metric}_{aggregate}"
+
+
+def _rollup_columns() -> list[sa.Column]:
+    columns = []
+    for name in METRIC_COLUMNS.values():
+        columns.append(sa.Column(rollup_column(name, "count"), sa.Integer, nullable=True))
+        for aggregate in ROLLUP_AGGREGATES[1:]:
+            columns.append(sa.Column(rollup_column(name, aggregate), sa.Double, nullable=True))
+    return columns
+
+
 samples = sa.Table(
     "telemetry_samples",
     metadata,
-    sa.Column("source_id", sa.String(63), nullable=False),
+    sa.Column("source_key", sa.Integer, nullable=False),
     sa.Column("port_id", sa.Integer, nullable=False),
     sa.Column("time_ns", sa.BigInteger, nullable=False),
     *(sa.Column(name, sa.Double, nullable=True) for name in METRIC_COLUMNS.values()),
-    sa.PrimaryKeyConstraint("source_id", "port_id", "time_ns", name="pk_telemetry_samples"),
-    sa.Index("ix_telemetry_samples_source_time", "source_id", "time_ns"),
+    sa.PrimaryKeyConstraint("source_key", "port_id", "time_ns", name="pk_telemetry_samples"),
+    sa.Index(
+        "ix_telemetry_samples_time_brin",
+        "time_ns",
+        postgresql_using="brin",
+        postgresql_with={"pages_per_range": 32, "autosummarize": "on"},
+    ).ddl_if(dialect="postgresql"),  # SQLite has no BRIN: its window scans use the primary key per port
     sqlite_with_rowid=False,
+    postgresql_partition_by="LIST (source_key)",
+)
+
+rollups = sa.Table(
+    "telemetry_rollups",
+    metadata,
+    sa.Column("source_key", sa.Integer, nullable=False),
+    sa.Column("port_id", sa.Integer, nullable=False),
+    sa.Column("bucket_ns", sa.BigInteger, nullable=False),  # start of the minute
+    *_rollup_columns(),
+    sa.PrimaryKeyConstraint("source_key", "port_id", "bucket_ns", name="pk_telemetry_rollups"),
+    sqlite_with_rowid=False,
+    postgresql_partition_by="LIST (source_key)",
 )
 
 counter_state = sa.Table(
     "telemetry_counter_state",
     metadata,
-    sa.Column("source_id", sa.String(63), nullable=False),
+    sa.Column("source_key", sa.Integer, nullable=False),
     sa.Column("port_id", sa.Integer, nullable=False),
     sa.Column("metric", sa.String(32), nullable=False),  # a METRIC_COLUMNS value
     sa.Column("time_ns", sa.BigInteger, nullable=False),  # time of the last reading
     # The raw reading as stored bits: uint64 viewed as int64, so 64-bit counters stay exact.
     sa.Column("reading", sa.BigInteger, nullable=False),
-    sa.PrimaryKeyConstraint("source_id", "port_id", "metric", name="pk_telemetry_counter_state"),
+    sa.PrimaryKeyConstraint("source_key", "port_id", "metric", name="pk_telemetry_counter_state"),
+)
+
+fabric_links = sa.Table(
+    "telemetry_fabric_links",
+    metadata,
+    sa.Column("fabric", sa.Text, nullable=False),  # fabrics/{fabric}
+    sa.Column("version", sa.BigInteger, nullable=False),  # the fabric's create time, ns
+    sa.Column("link_index", sa.Integer, nullable=False),
+    sa.Column("node_a", sa.Text, nullable=False),  # node display names (`leaf-3`)
+    sa.Column("port_a", sa.Integer, nullable=False),
+    sa.Column("tier_a", sa.SmallInteger, nullable=False),  # 0 host, 1 leaf/edge, 2 spine/aggregation, 3 core
+    sa.Column("node_b", sa.Text, nullable=False),
+    sa.Column("port_b", sa.Integer, nullable=False),
+    sa.Column("tier_b", sa.SmallInteger, nullable=False),
+    sa.PrimaryKeyConstraint("fabric", "version", "link_index", name="pk_telemetry_fabric_links"),
 )
 
 
@@ -123,6 +196,10 @@ def column_for_metric(metric: int, field: str) -> str:
         raise InvalidArgument(field, f"unknown or unspecified metric {metric}") from None
 
 
-def create_schema(engine: Engine) -> None:
-    """Create the tables that are missing (Alembic takes over with issue #6)."""
-    metadata.create_all(engine, checkfirst=True)
+def metric_bit(column: str) -> int:
+    """The bit of a metric column in `telemetry_sources.metrics_mask`.
+
+    >>> metric_bit("rx_bytes")
+    4
+    """
+    return 1 << _METRIC_NUMBERS[column]

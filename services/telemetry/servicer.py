@@ -1,34 +1,41 @@
 """fabrictwin.v1.TelemetryService over the telemetry store: proto <-> core, nothing clever.
 
 Every store call runs in a thread (asyncio.to_thread) so the event loop keeps serving while SQL
-works. IngestSamples decodes each batch's columns with one memcpy per column (from_numeric_array);
-a malformed batch is rejected whole with a reason naming the field (`batch.columns[2].values`) and
-the stream goes on with the next batch. Each batch is committed before the next is read, so if a
-stream breaks the caller re-sends it: rows already stored come back as duplicates.
+works. IngestSamples decodes each batch's columns with one memcpy per column (from_numeric_array)
+and hands the stream to `pipeline.ingest_stream`, which keeps up to `ingest_parallelism` batch
+transactions in flight. A malformed batch is rejected whole with a reason naming the field
+(`batch.columns[2].values`) and the stream goes on with the next batch. Each batch is committed on
+its own, so if a stream breaks the caller re-sends it: rows already stored come back as duplicates.
 A column whose counter_kind is COUNTER_KIND_UNSPECIFIED is read as DELTA (stored as sent).
+
+Queries with a port group (`group:uplinks`) first make sure the source is bound to its fabric's
+links, fetched once from the topology service.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
-import grpc
 from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc
 from google.protobuf import timestamp_pb2
 
 from services.common.arrays import from_numeric_array
 from services.common.errors import InvalidArgument
 from services.common.resources import decode_page_token, encode_page_token, page_size, parse_name
+from services.telemetry.aggregates import Aggregation
+from services.telemetry.batches import BatchRejected, Rejection, batch_rows
 from services.telemetry.counters import CounterKind
-from services.telemetry.ingest import Rejection, batch_rows
-from services.telemetry.queries import Aggregation
+from services.telemetry.groups import is_group
+from services.telemetry.peers import TopologyLinks
+from services.telemetry.pipeline import Decoded, ingest_stream
 from services.telemetry.schema import column_for_metric
 from services.telemetry.store import IngestOutcome, SourceKind, SourceRecord, TelemetryStore
 
 __all__ = ["TelemetryServicer"]
 
 MAX_REASONS = 100  # IngestSamplesResponse.reasons holds at most this many
+_UPDATABLE = {"display_name", "retention_ns"}
 
 _KIND_FROM_PROTO = {
     telemetry_pb2.SOURCE_KIND_LIVE: SourceKind.LIVE,
@@ -45,7 +52,7 @@ def _source_to_proto(record: SourceRecord) -> telemetry_pb2.Source:
     created = timestamp_pb2.Timestamp()
     created.FromNanoseconds(record.create_time_ns)
     return telemetry_pb2.Source(
-        name=f"sources/{record.id}",
+        name=record.name,
         kind=_KIND_TO_PROTO[record.kind],
         display_name=record.display_name,
         fabric=record.fabric,
@@ -53,6 +60,10 @@ def _source_to_proto(record: SourceRecord) -> telemetry_pb2.Source:
         retention_ns=record.retention_ns,
         create_time=created,
         sample_count=record.sample_count,
+        newest_sample_ns=record.newest_time_ns or 0,
+        retained_from_ns=record.retained_from_ns,
+        rolled_up_until_ns=record.rolled_up_until_ns,
+        port_count=record.port_count,
     )
 
 
@@ -67,7 +78,7 @@ def _aggregation(value: int) -> Aggregation:
 
 
 def _decode_batch(batch: telemetry_pb2.SampleBatch) -> dict:
-    """Keyword arguments of TelemetryStore.ingest; field names are relative to the batch."""
+    """Arguments of TelemetryStore.prepare and the source id; field names are relative to the batch."""
     columns, kinds = {}, {}
     for i, column in enumerate(batch.columns):
         name = column_for_metric(column.metric, f"columns[{i}].metric")
@@ -89,6 +100,11 @@ def _decode_batch(batch: telemetry_pb2.SampleBatch) -> dict:
         "time_ns": from_numeric_array(batch.time_ns, "time_ns"),
         "columns": columns,
         "counter_kinds": kinds,
+        "port_rate_bps": (
+            from_numeric_array(batch.port_rate_bps, "port_rate_bps")
+            if batch.HasField("port_rate_bps")
+            else None
+        ),
     }
 
 
@@ -102,8 +118,12 @@ def _rows_sent(batch: telemetry_pb2.SampleBatch) -> int:
 class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     """Translates TelemetryService calls to a TelemetryStore."""
 
-    def __init__(self, store: TelemetryStore) -> None:
+    def __init__(
+        self, store: TelemetryStore, topology: TopologyLinks | None = None, ingest_parallelism: int = 1
+    ) -> None:
         self._store = store
+        self._topology = topology
+        self._parallelism = ingest_parallelism
 
     async def CreateSource(self, request, context) -> telemetry_pb2.Source:
         source = request.source
@@ -131,35 +151,69 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             next_page_token=encode_page_token(next_offset) if next_offset is not None else "",
         )
 
+    async def UpdateSource(self, request, context) -> telemetry_pb2.Source:
+        source_id = _source_id(request.source.name, "source.name")
+        paths = list(request.update_mask.paths)
+        if not paths:
+            raise InvalidArgument(
+                "update_mask", f"name the fields to update: {', '.join(sorted(_UPDATABLE))}"
+            )
+        changes = {}
+        for i, path in enumerate(paths):
+            if path not in _UPDATABLE:
+                raise InvalidArgument(f"update_mask.paths[{i}]", f"{path!r} cannot be updated")
+            changes[path] = getattr(request.source, path)
+        return _source_to_proto(await asyncio.to_thread(self._store.update_source, source_id, changes))
+
     async def DeleteSource(self, request, context) -> telemetry_pb2.DeleteSourceResponse:
         await asyncio.to_thread(self._store.delete_source, _source_id(request.name, "name"))
         return telemetry_pb2.DeleteSourceResponse()
 
-    def _ingest_batch(self, batch: telemetry_pb2.SampleBatch) -> IngestOutcome:
+    def _decode(self, request: telemetry_pb2.IngestSamplesRequest) -> Decoded:
+        batch = request.batch
         try:
             arguments = _decode_batch(batch)
+            source_id = arguments.pop("source_id")
+            return Decoded(source_id, self._store.prepare(**arguments))
         except InvalidArgument as exc:
-            return IngestOutcome(rejected=_rows_sent(batch), reasons=(Rejection(-1, str(exc)),))
-        return self._store.ingest(**arguments)
+            rejection = Rejection(exc.field, exc.problem)
+        except BatchRejected as exc:
+            rejection = exc.rejection
+        return Decoded(refused=IngestOutcome(rejected=_rows_sent(batch), reasons=(rejection,)))
 
     async def IngestSamples(
         self, request_iterator: AsyncIterator[telemetry_pb2.IngestSamplesRequest], context
     ) -> telemetry_pb2.IngestSamplesResponse:
-        reply = telemetry_pb2.IngestSamplesResponse()
-        async for request in request_iterator:
-            outcome = await asyncio.to_thread(self._ingest_batch, request.batch)
+        outcomes = await ingest_stream(request_iterator, self._decode, self._store.write, self._parallelism)
+        reply = telemetry_pb2.IngestSamplesResponse(batches=len(outcomes))
+        for number, outcome in enumerate(outcomes):
             reply.stored += outcome.stored
             reply.duplicates += outcome.duplicates
             reply.rejected += outcome.rejected
             for reason in outcome.reasons[: MAX_REASONS - len(reply.reasons)]:
-                reply.reasons.add(batch=reply.batches, row=reason.row, reason=f"batch.{reason.reason}")
-            reply.batches += 1
+                reply.reasons.add(
+                    batch=number,
+                    row=reason.row,
+                    reason=f"batch.{reason.reason}",
+                    field=f"batch.{reason.field}",
+                )
         return reply
 
+    async def _bind_fabric(self, source_id: str, patterns: Sequence[str]) -> None:
+        """Fetch the fabric's links once, before the first query that uses a port group."""
+        if self._topology is None or not any(map(is_group, patterns)):
+            return
+        source = await asyncio.to_thread(self._store.get_source, source_id)
+        if source.fabric and not source.fabric_version:
+            links = await self._topology.fetch(source.fabric, "ports.patterns")
+            await asyncio.to_thread(self._store.bind_fabric, source_id, links)
+
     async def QuerySeries(self, request, context) -> telemetry_pb2.QuerySeriesResponse:
+        source_id = _source_id(request.source, "source")
+        await self._bind_fabric(source_id, request.ports.patterns)
         page = await asyncio.to_thread(
             self._store.query_series,
-            _source_id(request.source, "source"),
+            source_id,
             column_for_metric(request.metric, "metric"),
             start_ns=request.time_range.start_ns,
             end_ns=request.time_range.end_ns,
@@ -175,12 +229,15 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
                 for s in page.series
             ],
             next_page_token=encode_page_token(page.next_offset) if page.next_offset is not None else "",
+            rollup_ns=page.rollup_ns,
         )
 
     async def TopLinks(self, request, context) -> telemetry_pb2.TopLinksResponse:
-        top = await asyncio.to_thread(
+        source_id = _source_id(request.source, "source")
+        await self._bind_fabric(source_id, request.ports.patterns)
+        top, rollup_ns = await asyncio.to_thread(
             self._store.top_links,
-            _source_id(request.source, "source"),
+            source_id,
             column_for_metric(request.metric, "metric"),
             start_ns=request.time_range.start_ns,
             end_ns=request.time_range.end_ns,
@@ -189,11 +246,70 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             limit=request.limit or 10,
         )
         return telemetry_pb2.TopLinksResponse(
-            ports=[telemetry_pb2.PortValue(port=port, value=value) for port, value in top]
+            ports=[telemetry_pb2.PortValue(port=p.port, value=p.value) for p in top], rollup_ns=rollup_ns
         )
 
-    async def GetUtilisationSkew(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetUtilisationSkew arrives with issue #6")
+    async def GetUtilisationSkew(self, request, context) -> telemetry_pb2.GetUtilisationSkewResponse:
+        source_id = _source_id(request.source, "source")
+        await self._bind_fabric(source_id, request.ports.patterns)
+        skew = await asyncio.to_thread(
+            self._store.utilisation_skew,
+            source_id,
+            start_ns=request.time_range.start_ns,
+            end_ns=request.time_range.end_ns,
+            port_patterns=list(request.ports.patterns),
+            step_ns=request.step_ns,
+            hot_above=request.hot_above or 0.8,
+            idle_below=request.idle_below or 0.2,
+        )
+        points = [
+            telemetry_pb2.SkewPoint(
+                time_ns=t,
+                max_over_mean=ratio,
+                coefficient_of_variation=cv,
+                share_hot=hot,
+                share_idle=idle,
+                ports=count,
+                max_utilisation=top,
+                mean_utilisation=mean,
+            )
+            for t, ratio, cv, hot, idle, count, top, mean in zip(
+                skew.time_ns.tolist(),
+                skew.max_over_mean.tolist(),
+                skew.coefficient_of_variation.tolist(),
+                skew.share_hot.tolist(),
+                skew.share_idle.tolist(),
+                skew.ports.tolist(),
+                skew.max_utilisation.tolist(),
+                skew.mean_utilisation.tolist(),
+                strict=True,
+            )
+        ]
+        return telemetry_pb2.GetUtilisationSkewResponse(points=points, rollup_ns=skew.rollup_ns)
 
-    async def GetLossHistory(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetLossHistory arrives with issue #6")
+    async def GetLossHistory(self, request, context) -> telemetry_pb2.GetLossHistoryResponse:
+        history = await asyncio.to_thread(
+            self._store.loss_history,
+            _source_id(request.source, "source"),
+            request.port,
+            start_ns=request.time_range.start_ns,
+            end_ns=request.time_range.end_ns,
+            step_ns=request.step_ns,
+        )
+        sums = {name: values.tolist() for name, values in history.sums.items()}
+        points = [
+            telemetry_pb2.LossPoint(
+                time_ns=t,
+                drops=sums["drops"][i],
+                rcv_errors=sums["rcv_errors"][i],
+                symbol_errors=sums["symbol_errors"][i],
+                rx_packets=sums["rx_packets"][i],
+                rx_bytes=sums["rx_bytes"][i],
+                xmit_discards=sums["xmit_discards"][i],
+                estimated_ber=ber,
+            )
+            for i, (t, ber) in enumerate(
+                zip(history.time_ns.tolist(), history.estimated_ber.tolist(), strict=True)
+            )
+        ]
+        return telemetry_pb2.GetLossHistoryResponse(points=points)

@@ -1,16 +1,18 @@
 """The SQL that differs between SQLite and PostgreSQL: upserts and the bulk insert of samples.
 
-`insert_samples` is the ingest hot path; both ways below return how many rows were new, and rows
-already stored (same source, port, time) are skipped by ON CONFLICT DO NOTHING, never stored twice.
+`insert_samples` is the ingest hot path. It returns how many rows were new; a row already stored
+(same source, port, time) is never stored twice.
 
+- PostgreSQL, fast path: rows go by binary COPY straight into the source's partition
+  (`telemetry_samples_s{key}`) inside a savepoint. Every COPY field is fixed-width, so numpy encodes
+  the whole batch as one structured array (no Python per row). If any row is stored already, the
+  primary key refuses the COPY (unique violation), the savepoint is rolled back and the batch takes
+  the slow path. A live stream sends new rows, so re-sends are what pays for the slow path.
+- PostgreSQL, slow path (a re-sent or overlapping batch, or NULLs from first counter readings):
+  COPY into a per-session temporary staging table, then one INSERT ... SELECT ... ON CONFLICT DO
+  NOTHING, whose row count is the rows that were new.
 - SQLite: executemany of INSERT ... ON CONFLICT DO NOTHING, compiled once per column set, with
-  parameter rows built by numpy (one `tolist()` per column, zipped in C). The driver's row count
-  sums the rows inserted.
-- PostgreSQL: executemany costs a round of parameter binding per row, so rows travel by binary COPY
-  into a per-session temporary staging table and move with one INSERT ... SELECT ... ON CONFLICT DO
-  NOTHING. Every COPY field is fixed-width, so numpy encodes the whole batch as one structured array
-  (no Python per row). On the development machine the COPY itself runs at ~2.4M rows/s; the INSERT
-  ... SELECT, maintaining the two B-tree indexes of telemetry_samples, is what limits ingest.
+  parameter rows built by numpy (one `tolist()` per column, zipped in C).
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ import itertools
 import struct
 
 import numpy as np
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateTable
 
+from services.telemetry.partitions import partition_name
 from services.telemetry.schema import METRIC_COLUMNS, samples
 
 __all__ = ["copy_rows", "dialect_insert", "insert_samples"]
 
-_KEY = ("source_id", "port_id", "time_ns")
+_KEY = ("source_key", "port_id", "time_ns")
 
-# Session-private staging table of the PostgreSQL COPY path; emptied at every commit.
+# Session-private staging table of the PostgreSQL slow path; emptied at every commit.
 _staging = sa.Table(
     "telemetry_samples_staging",
     sa.MetaData(),
@@ -74,15 +78,11 @@ def _nullable(values: np.ndarray) -> list:
 
 
 def _insert_by_executemany(
-    connection: Connection,
-    source_id: str,
-    port_id: np.ndarray,
-    time_ns: np.ndarray,
-    values: dict[str, np.ndarray],
+    connection: Connection, source_key: int, port_id: np.ndarray, time_ns: np.ndarray, values: dict
 ) -> int:
     sql, order = _sqlite_insert(tuple(values))
     parameters = {
-        "source_id": itertools.repeat(source_id, time_ns.shape[0]),
+        "source_key": itertools.repeat(source_key, time_ns.shape[0]),
         "port_id": port_id.tolist(),
         "time_ns": time_ns.tolist(),
         **{name: _nullable(column) for name, column in values.items()},
@@ -92,23 +92,24 @@ def _insert_by_executemany(
     return int(result.rowcount)
 
 
-def copy_rows(port_id: np.ndarray, time_ns: np.ndarray, values: dict[str, np.ndarray]) -> bytes:
-    """PostgreSQL binary COPY data of rows (port_id int4, time_ns int8, values float8...).
+def copy_rows(
+    port_id: np.ndarray, time_ns: np.ndarray, values: dict[str, np.ndarray], source_key: int | None = None
+) -> bytes:
+    """PostgreSQL binary COPY data of rows ([source_key int4,] port_id int4, time_ns int8, float8...).
 
     Each row is a field count, then per field its byte length and big-endian value. NaN stays NaN
-    here (it has a fixed width) and becomes NULL in the INSERT ... SELECT.
+    here (it has a fixed width); only the slow path turns it into NULL.
     """
-    fields = [
-        ("count", ">i2"),
-        ("port_id_size", ">i4"),
-        ("port_id", ">i4"),
-        ("time_ns_size", ">i4"),
-        ("time_ns", ">i8"),
-    ]
+    fields = [("count", ">i2")]
+    if source_key is not None:
+        fields += [("source_key_size", ">i4"), ("source_key", ">i4")]
+    fields += [("port_id_size", ">i4"), ("port_id", ">i4"), ("time_ns_size", ">i4"), ("time_ns", ">i8")]
     for name in values:
         fields += [(f"{name}_size", ">i4"), (name, ">f8")]
     rows = np.empty(time_ns.shape[0], dtype=np.dtype(fields))
-    rows["count"] = 2 + len(values)
+    rows["count"] = 2 + len(values) + (source_key is not None)
+    if source_key is not None:
+        rows["source_key_size"], rows["source_key"] = 4, source_key
     rows["port_id_size"], rows["port_id"] = 4, port_id
     rows["time_ns_size"], rows["time_ns"] = 8, time_ns
     for name, column in values.items():
@@ -116,15 +117,30 @@ def copy_rows(port_id: np.ndarray, time_ns: np.ndarray, values: dict[str, np.nda
     return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
 
 
-def _insert_by_copy(
-    connection: Connection,
-    source_id: str,
-    port_id: np.ndarray,
-    time_ns: np.ndarray,
-    values: dict[str, np.ndarray],
+def _copy_into_partition(
+    connection: Connection, source_key: int, port_id: np.ndarray, time_ns: np.ndarray, values: dict
+) -> bool:
+    """The fast path: COPY into the source's partition; False (nothing stored) if a row exists."""
+    driver = connection.connection.driver_connection  # psycopg, inside the caller's transaction
+    table = partition_name("telemetry_samples", source_key)
+    copy_sql = f"COPY {table} (source_key, port_id, time_ns, {', '.join(values)}) FROM STDIN (FORMAT BINARY)"
+    with driver.cursor() as cursor:
+        cursor.execute("SAVEPOINT telemetry_copy")
+        try:
+            with cursor.copy(copy_sql) as copy:
+                copy.write(copy_rows(port_id, time_ns, values, source_key))
+        except psycopg.errors.UniqueViolation:
+            cursor.execute("ROLLBACK TO SAVEPOINT telemetry_copy")
+            return False
+        cursor.execute("RELEASE SAVEPOINT telemetry_copy")
+    return True
+
+
+def _insert_by_staging(
+    connection: Connection, source_key: int, port_id: np.ndarray, time_ns: np.ndarray, values: dict
 ) -> int:
     names = list(values)
-    driver = connection.connection.driver_connection  # psycopg, inside the caller's transaction
+    driver = connection.connection.driver_connection
     with driver.cursor() as cursor:
         cursor.execute(_CREATE_STAGING)
         cursor.execute(f"TRUNCATE {_staging.name}")  # empty even if this transaction staged rows before
@@ -133,7 +149,7 @@ def _insert_by_copy(
             copy.write(copy_rows(port_id, time_ns, values))
     nan = sa.literal("NaN", sa.Double)
     moved = sa.select(
-        sa.literal(source_id, sa.String),
+        sa.literal(source_key, sa.Integer),
         _staging.c.port_id,
         _staging.c.time_ns,
         *(sa.func.nullif(_staging.c[name], nan) for name in names),
@@ -146,14 +162,21 @@ def _insert_by_copy(
 
 def insert_samples(
     connection: Connection,
-    source_id: str,
+    source_key: int,
     port_id: np.ndarray,
     time_ns: np.ndarray,
     values: dict[str, np.ndarray],
 ) -> int:
-    """Insert rows (source, port_id[i], time_ns[i], values[*][i]); returns how many were new."""
+    """Insert rows (source, port_id[i], time_ns[i], values[*][i]); returns how many were new.
+
+    Rows must be sorted by (port_id, time_ns) and unique: the order of the primary key.
+    """
     if time_ns.shape[0] == 0:
         return 0
-    if connection.dialect.name == "postgresql":
-        return _insert_by_copy(connection, source_id, port_id, time_ns, values)
-    return _insert_by_executemany(connection, source_id, port_id, time_ns, values)
+    if connection.dialect.name != "postgresql":
+        return _insert_by_executemany(connection, source_key, port_id, time_ns, values)
+    # NaN marks a missing delta, which must be stored as NULL: only the staging path does that.
+    has_missing = any(np.isnan(column).any() for column in values.values())
+    if not has_missing and _copy_into_partition(connection, source_key, port_id, time_ns, values):
+        return int(time_ns.shape[0])
+    return _insert_by_staging(connection, source_key, port_id, time_ns, values)

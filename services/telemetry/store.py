@@ -1,63 +1,45 @@
-"""The telemetry store: sources, idempotent batch ingest and series queries over SQL. No gRPC here.
+"""The telemetry store: sources, idempotent batch ingest, queries and the sweep over SQL. No gRPC here.
 
-One class over one SQLAlchemy engine, SQLite (laptop) or PostgreSQL (production). Every method is
-blocking; the servicer runs them in threads. Ingest details live in `ingest` (validation, counter
-conversion) and `sql` (the bulk insert); query details in `queries`.
+One class over one SQLAlchemy engine, SQLite (laptop) or PostgreSQL (production); opening it
+migrates the database to head. Every method is blocking; the servicer runs them in threads. Details
+live in `sources`, `batches` and `ingest` (writes), `selection`, `queries` and `diagnostics`
+(reads), `maintenance` (roll-ups and retention).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, event
 
 from services.common.db import make_engine
-from services.common.errors import AlreadyExists, InvalidArgument, NotFound
-from services.common.resources import parse_name, validate_id
+from services.common.errors import InvalidArgument, NotFound
+from services.telemetry import sources as source_sql
+from services.telemetry.aggregates import Aggregation, PortSet
+from services.telemetry.batches import BatchRejected, PreparedBatch, Rejection, batch_rows, prepare_batch
 from services.telemetry.counters import CounterKind
-from services.telemetry.ingest import BatchRejected, Rejection, batch_rows, prepare_batch, store_batch
-from services.telemetry.queries import Aggregation, port_series, select_ports, top_ports
-from services.telemetry.schema import METRIC_COLUMNS, counter_state, create_schema, ports, samples, sources
+from services.telemetry.diagnostics import LossHistory, Skew, loss_history, utilisation_skew
+from services.telemetry.fabric_links import load_links, save_links
+from services.telemetry.groups import FabricLinks, is_group
+from services.telemetry.ingest import StoredBatch, store_batch
+from services.telemetry.maintenance import SweepOutcome, sweep_source
+from services.telemetry.migrate import migrate_to_head
+from services.telemetry.queries import DEFAULT_MAX_POINTS, SeriesPage, port_series, top_ports
+from services.telemetry.schema import METRIC_COLUMNS, sources
+from services.telemetry.selection import select_ports
+from services.telemetry.sources import SourceKind, SourceRecord
 
-__all__ = [
-    "IngestOutcome",
-    "PortValue",
-    "Rejection",
-    "Series",
-    "SeriesPage",
-    "SourceKind",
-    "SourceRecord",
-    "TelemetryStore",
-]
+__all__ = ["IngestOutcome", "PortValue", "SourceKind", "SourceRecord", "TelemetryStore", "TopLinks"]
 
-
-class SourceKind(enum.Enum):
-    """Where a source's samples come from."""
-
-    LIVE = "live"
-    SIMULATED = "simulated"
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceRecord:
-    """A telemetry source (`sources/{id}`) as stored."""
-
-    id: str
-    kind: SourceKind
-    display_name: str = ""
-    fabric: str = ""  # fabrics/{fabric}, or "" when unknown
-    simulation: str = ""  # simulations/{simulation} for simulated sources
-    retention_ns: int = 0  # 0 keeps samples forever (retention itself arrives with issue #6)
-    create_time_ns: int = 0
-    sample_count: int = 0
+_RETRIED_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure: retry the batch
+_WRITE_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,23 +52,6 @@ class IngestOutcome:
     reasons: tuple[Rejection, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class Series:
-    """One port's series: bucket start times (or sample times when raw) and values."""
-
-    port: str
-    time_ns: np.ndarray  # int64
-    values: np.ndarray  # float64
-
-
-@dataclasses.dataclass(frozen=True)
-class SeriesPage:
-    """A page of series, one per selected port; `next_offset` None on the last page."""
-
-    series: list[Series]
-    next_offset: int | None
-
-
 class PortValue(NamedTuple):
     """A port and its aggregate over a window."""
 
@@ -94,12 +59,22 @@ class PortValue(NamedTuple):
     value: float
 
 
+class TopLinks(NamedTuple):
+    """The top ports, highest first, and the roll-up width that served whole minutes (0: raw only)."""
+
+    ports: list[PortValue]
+    rollup_ns: int
+
+
 def _check_window(start_ns: int, end_ns: int) -> None:
     if start_ns < 0:
         raise InvalidArgument("time_range.start_ns", f"{start_ns} is negative")
+    if end_ns < 0:
+        raise InvalidArgument("time_range.end_ns", f"{end_ns} is negative")
     if end_ns and end_ns <= start_ns:
         raise InvalidArgument(
-            "time_range.end_ns", f"{end_ns} is not after start_ns {start_ns} (0 means open)"
+            "time_range",
+            f"end_ns {end_ns} is not after start_ns {start_ns} (end_ns 0 means the newest sample)",
         )
 
 
@@ -108,85 +83,114 @@ def _check_column(column: str) -> None:
         raise InvalidArgument("metric", f"{column!r} is not a metric column")
 
 
-class TelemetryStore:
-    """Sources, ingest and queries on one database."""
+def _check_step(step_ns: int) -> None:
+    if step_ns < 0:
+        raise InvalidArgument("step_ns", f"{step_ns} is negative")
 
-    def __init__(self, engine: Engine) -> None:
+
+def _sqlstate(error: sa.exc.DBAPIError) -> str:
+    return getattr(error.orig, "sqlstate", "") or ""
+
+
+class TelemetryStore:
+    """Sources, ingest, queries and the sweep on one database."""
+
+    def __init__(self, engine: Engine, max_points: int = DEFAULT_MAX_POINTS) -> None:
         self.engine = engine
-        # SQLite has one writer at a time; queueing ingests here avoids "database is locked" retries.
-        is_sqlite = engine.dialect.name == "sqlite"
+        self.max_points = max_points
+        # SQLite has one writer at a time; queueing writes here avoids "database is locked" retries.
+        self.sqlite = engine.dialect.name == "sqlite"
         self._write_lock: contextlib.AbstractContextManager = (
-            threading.Lock() if is_sqlite else contextlib.nullcontext()
+            threading.Lock() if self.sqlite else contextlib.nullcontext()
         )
+        # Port ids by source key, learned from committed batches. A key is never reused and a port's
+        # id never changes, so entries stay true on every replica sharing the database.
+        self._port_ids: dict[int, dict[str, int]] = {}
+        self._links: dict[tuple[str, int], FabricLinks] = {}  # fabric versions are immutable
 
     @classmethod
-    def open(cls, url: str) -> TelemetryStore:
-        """A store on `url`, with the tables created if they are missing."""
+    def open(cls, url: str, max_points: int = DEFAULT_MAX_POINTS) -> TelemetryStore:
+        """A store on `url`, migrated to the schema's head revision."""
         engine = make_engine(url)
-        create_schema(engine)
-        return cls(engine)
+        if engine.dialect.name == "postgresql":
+            # JIT compilation of a window aggregate costs more (~0.5 s) than the scan it speeds up.
+            @event.listens_for(engine, "connect")
+            def _no_jit(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute("SET jit = off")
+
+        migrate_to_head(engine)
+        return cls(engine, max_points)
 
     def close(self) -> None:
         """Close the engine's connections."""
         self.engine.dispose()
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        with self._write_lock, self.engine.begin() as connection:
+            yield connection
+
     # Sources
 
     def create_source(self, source: SourceRecord) -> SourceRecord:
         """Store a new source; its create time is now. ALREADY_EXISTS if the id is taken."""
-        validate_id(source.id, "source_id")
-        if source.fabric:
-            parse_name(source.fabric, "fabrics/{fabric}", "source.fabric")
-        if source.simulation:
-            parse_name(source.simulation, "simulations/{simulation}", "source.simulation")
-        if source.retention_ns < 0:
-            raise InvalidArgument("source.retention_ns", f"{source.retention_ns} is negative")
-        created = dataclasses.replace(
-            source,
-            display_name=source.display_name or source.id,
-            create_time_ns=time.time_ns(),
-            sample_count=0,
-        )
-        row = dataclasses.asdict(created) | {"kind": created.kind.value}
-        try:
-            with self._write_lock, self.engine.begin() as connection:
-                connection.execute(sa.insert(sources).values(**row))
-        except sa.exc.IntegrityError:
-            raise AlreadyExists(f"sources/{source.id} already exists") from None
-        return created
+        with self._writing() as connection:
+            return source_sql.insert_source(connection, source)
 
     def get_source(self, source_id: str) -> SourceRecord:
-        """The source with its sample count; NOT_FOUND if there is none."""
+        """The source with its counts; NOT_FOUND if there is none."""
         with self.engine.connect() as connection:
-            return self._source(connection, source_id)
+            return source_sql.read_source(connection, source_id)
 
     def list_sources(self, offset: int = 0, limit: int = 50) -> tuple[list[SourceRecord], int | None]:
         """Sources by id from `offset`; returns them and the next offset (None on the last page)."""
-        query = sa.select(sources).order_by(sources.c.id).offset(offset).limit(limit + 1)
         with self.engine.connect() as connection:
-            rows = connection.execute(query).mappings().all()
-        found = [self._record(row) for row in rows[:limit]]
-        return found, (offset + limit if len(rows) > limit else None)
+            return source_sql.list_sources(connection, offset, limit)
+
+    def update_source(self, source_id: str, changes: Mapping[str, object]) -> SourceRecord:
+        """Change `display_name` and/or `retention_ns`."""
+        with self._writing() as connection:
+            return source_sql.update_source(connection, source_id, changes)
 
     def delete_source(self, source_id: str) -> None:
-        """Delete a source, its ports and all its samples in one transaction."""
-        with self._write_lock, self.engine.begin() as connection:
-            self._source(connection, source_id)
-            for table in (samples, counter_state, ports):
-                connection.execute(sa.delete(table).where(table.c.source_id == source_id))
-            connection.execute(sa.delete(sources).where(sources.c.id == source_id))
-
-    @staticmethod
-    def _record(row: Mapping) -> SourceRecord:
-        return SourceRecord(**(dict(row) | {"kind": SourceKind(row["kind"])}))
-
-    def _source(self, connection: Connection, source_id: str) -> SourceRecord:
-        row = connection.execute(sa.select(sources).where(sources.c.id == source_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"sources/{source_id} does not exist")
-        return self._record(row)
+        """Delete a source, its ports, samples and roll-ups in one transaction."""
+        with self._writing() as connection:
+            key = source_sql.delete_source(connection, source_id)
+        self._port_ids.pop(key, None)
 
     # Ingest
+
+    def prepare(
+        self,
+        ports: Sequence[str],
+        port_index: np.ndarray,
+        time_ns: np.ndarray,
+        columns: Mapping[str, np.ndarray],
+        counter_kinds: Mapping[str, CounterKind] | None = None,
+        port_rate_bps: np.ndarray | None = None,
+    ) -> PreparedBatch:
+        """Validate a batch without touching the database (BatchRejected names the field)."""
+        return prepare_batch(
+            ports, np.asarray(port_index), np.asarray(time_ns), columns, counter_kinds, port_rate_bps
+        )
+
+    def write(self, source_id: str, batch: PreparedBatch) -> IngestOutcome:
+        """Store a prepared batch in one transaction, whole or not at all."""
+        for attempt in range(_WRITE_ATTEMPTS):
+            try:
+                with self._writing() as connection:
+                    done: StoredBatch = store_batch(connection, source_id, batch, self._port_ids)
+            except BatchRejected as exc:
+                return IngestOutcome(rejected=batch.rows, reasons=(exc.rejection,))
+            except sa.exc.DBAPIError as exc:
+                if _sqlstate(exc) not in _RETRIED_SQLSTATES or attempt + 1 == _WRITE_ATTEMPTS:
+                    raise
+                time.sleep(0.01 * (attempt + 1))  # two streams crossed on the same rows; go again
+                continue
+            self._port_ids.setdefault(done.source_key, {}).update(done.port_ids)  # committed: cache
+            return IngestOutcome(stored=done.stored, duplicates=done.duplicates)
+        raise AssertionError("unreachable")
 
     def ingest(
         self,
@@ -196,6 +200,7 @@ class TelemetryStore:
         time_ns: np.ndarray,
         columns: Mapping[str, np.ndarray],
         counter_kinds: Mapping[str, CounterKind] | None = None,
+        port_rate_bps: np.ndarray | None = None,
     ) -> IngestOutcome:
         """Store one columnar batch whole, or none of it.
 
@@ -203,18 +208,52 @@ class TelemetryStore:
         (port, time) is stored already, or repeated within the batch, are counted as duplicates;
         cumulative columns (per `counter_kinds`, default DELTA) are stored as per-interval deltas.
         A batch with any bad row is rejected whole: `rejected` counts its rows and `reasons` says why,
-        naming the field as in fabrictwin.v1.SampleBatch (`columns[2].values`, `source`).
+        naming the field as in fabrictwin.v1.SampleBatch (`columns[2].values`, `time_ns`, `source`).
+        `port_rate_bps` (per port, bits/s) lets cumulative tx_bytes yield utilisation.
         """
-        time_ns, port_index = np.asarray(time_ns), np.asarray(port_index)
         try:
-            batch = prepare_batch(ports, port_index, time_ns, columns, counter_kinds)
-            with self._write_lock, self.engine.begin() as connection:
-                stored, duplicates = store_batch(connection, source_id, batch)
+            batch = self.prepare(ports, port_index, time_ns, columns, counter_kinds, port_rate_bps)
         except BatchRejected as exc:
-            return IngestOutcome(rejected=batch_rows(time_ns), reasons=(exc.rejection,))
-        return IngestOutcome(stored=stored, duplicates=duplicates)
+            return IngestOutcome(rejected=batch_rows(np.asarray(time_ns)), reasons=(exc.rejection,))
+        return self.write(source_id, batch)
+
+    # Fabric links (port groups)
+
+    def fabric_links(self, source: SourceRecord, connection: Connection) -> FabricLinks | None:
+        """The links a source's ports resolve against, None before `bind_fabric` (or without a fabric)."""
+        if not source.fabric or not source.fabric_version:
+            return None
+        key = (source.fabric, source.fabric_version)
+        if key not in self._links:
+            links = load_links(connection, *key)
+            if links is None:
+                return None
+            self._links[key] = links
+        return self._links[key]
+
+    def bind_fabric(self, source_id: str, links: FabricLinks) -> SourceRecord:
+        """Store a fabric version's links and bind the source to them (once: a bound source stays)."""
+        with self._writing() as connection:
+            source = source_sql.read_source(connection, source_id, lock=True)
+            if source.fabric_version:
+                return source
+            if links.fabric != source.fabric:
+                raise InvalidArgument("source.fabric", f"links of {links.fabric}, not {source.fabric}")
+            save_links(connection, links)
+            connection.execute(
+                sa.update(sources).where(sources.c.key == source.key).values(fabric_version=links.version)
+            )
+            return dataclasses.replace(source, fabric_version=links.version)
 
     # Queries
+
+    def _selection(
+        self, connection: Connection, source: SourceRecord, patterns: Sequence[str]
+    ) -> tuple[list[tuple[int, str]], bool]:
+        links = self.fabric_links(source, connection) if any(map(is_group, patterns)) else None
+        if links is None and source.fabric and any(map(is_group, patterns)):
+            raise InvalidArgument("ports.patterns", f"the links of {source.fabric} are not loaded yet")
+        return select_ports(connection, source.key, source.name, patterns, links)
 
     def query_series(
         self,
@@ -229,31 +268,27 @@ class TelemetryStore:
         offset: int = 0,
         limit: int = 100,
     ) -> SeriesPage:
-        """One series per selected port (by name, paged), raw when step_ns is 0, else bucketed.
-
-        Every port on the page gets a series, empty when it has no samples in [start_ns, end_ns).
-        """
+        """One series per selected port (by name, paged), raw when step_ns is 0, else bucketed."""
         _check_column(column)
         _check_window(start_ns, end_ns)
-        if step_ns < 0:
-            raise InvalidArgument("step_ns", f"{step_ns} is negative")
+        _check_step(step_ns)
         with self.engine.connect() as connection:
-            self._source(connection, source_id)
-            selected = select_ports(connection, source_id, port_patterns)
-            page = selected[offset : offset + limit]
-            found = port_series(
+            source = source_sql.read_source(connection, source_id)
+            selected, everything = self._selection(connection, source, port_patterns)
+            return port_series(
                 connection,
-                source_id,
-                [port_id for port_id, _ in page],
+                source.for_query(),
+                selected,
                 column,
                 start_ns,
                 end_ns,
                 step_ns,
                 aggregation,
+                offset,
+                limit,
+                self.max_points,
+                every_port=everything,
             )
-        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
-        series = [Series(name, *found.get(port_id, empty)) for port_id, name in page]
-        return SeriesPage(series, offset + limit if offset + limit < len(selected) else None)
 
     def top_links(
         self,
@@ -265,16 +300,85 @@ class TelemetryStore:
         port_patterns: Sequence[str] = (),
         aggregation: Aggregation = Aggregation.AVG,
         limit: int = 10,
-    ) -> list[PortValue]:
+    ) -> TopLinks:
         """The `limit` ports with the highest aggregate of `column` in the window, highest first."""
         _check_column(column)
         _check_window(start_ns, end_ns)
         if limit < 1:
             raise InvalidArgument("limit", f"must be at least 1, got {limit}")
         with self.engine.connect() as connection:
-            self._source(connection, source_id)
-            selected = select_ports(connection, source_id, port_patterns)
+            source = source_sql.read_source(connection, source_id)
+            selected, everything = self._selection(connection, source, port_patterns)
             names = dict(selected)
-            port_ids = [port_id for port_id, _ in selected] if port_patterns else None
-            top = top_ports(connection, source_id, port_ids, column, start_ns, end_ns, aggregation, limit)
-        return [PortValue(names[port_id], value) for port_id, value in top]
+            ports = PortSet(list(names), everything)
+            top, rollup_ns = top_ports(
+                connection, source.for_query(), ports, column, start_ns, end_ns, aggregation, limit
+            )
+        return TopLinks([PortValue(names[port_id], value) for port_id, value in top], rollup_ns)
+
+    def utilisation_skew(
+        self,
+        source_id: str,
+        *,
+        start_ns: int = 0,
+        end_ns: int = 0,
+        port_patterns: Sequence[str] = (),
+        step_ns: int = 0,
+        hot_above: float = 0.8,
+        idle_below: float = 0.2,
+    ) -> Skew:
+        """Utilisation skew of the selected ports per interval of `step_ns` (0: the whole window)."""
+        _check_window(start_ns, end_ns)
+        _check_step(step_ns)
+        if not 0 <= idle_below <= hot_above:
+            raise InvalidArgument("idle_below", f"{idle_below} must be within 0..hot_above ({hot_above})")
+        with self.engine.connect() as connection:
+            source = source_sql.read_source(connection, source_id)
+            selected, everything = self._selection(connection, source, port_patterns)
+            ports = PortSet([port_id for port_id, _ in selected], everything)
+            return utilisation_skew(
+                connection,
+                source.for_query(),
+                ports,
+                start_ns,
+                end_ns,
+                step_ns,
+                hot_above,
+                idle_below,
+                self.max_points,
+            )
+
+    def loss_history(
+        self, source_id: str, port: str, *, start_ns: int = 0, end_ns: int = 0, step_ns: int = 0
+    ) -> LossHistory:
+        """Drops, errors and the estimated BER of one port per interval of `step_ns` (0: the window)."""
+        _check_window(start_ns, end_ns)
+        _check_step(step_ns)
+        if not port:
+            raise InvalidArgument("port", "required: the name of one port")
+        with self.engine.connect() as connection:
+            source = source_sql.read_source(connection, source_id)
+            selected, _ = select_ports(connection, source.key, source.name, [], None)
+            port_id = dict((name, port_id) for port_id, name in selected).get(port)
+            if port_id is None:
+                raise NotFound(f"port: {source.name} has no port {port!r}")
+            return loss_history(
+                connection, source.for_query(), port_id, start_ns, end_ns, step_ns, self.max_points
+            )
+
+    # Roll-ups and retention
+
+    def sweep(self, source_id: str) -> SweepOutcome:
+        """Roll up whole minutes and apply retention for one source (see `maintenance`)."""
+        with self._writing() as connection:
+            return sweep_source(connection, source_id)
+
+    def sweep_all(self) -> dict[str, SweepOutcome]:
+        """Sweep every source, each in its own transaction; a source deleted meanwhile is skipped."""
+        with self.engine.connect() as connection:
+            ids = [row.id for row in connection.execute(sa.select(sources.c.id).order_by(sources.c.id))]
+        outcomes = {}
+        for source_id in ids:
+            with contextlib.suppress(NotFound):
+                outcomes[source_id] = self.sweep(source_id)
+        return outcomes

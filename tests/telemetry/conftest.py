@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 
+import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
+from services.common.db import normalise_url
 from services.common.errors import NotFound
 from services.common.resources import new_id
 from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
@@ -47,3 +50,30 @@ def new_source(store: TelemetryStore):
 def source_id(new_source) -> str:
     """One fresh live source."""
     return new_source()
+
+
+@pytest.fixture
+def empty_database_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """An EMPTY database: a new SQLite file, or a PostgreSQL database created for the test and dropped after.
+
+    Parametrise the test with `database_kind` ("sqlite" or "postgresql").
+    """
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    server_url = request.getfixturevalue("postgres_url")
+    name = new_id("telemetry-migrate").replace("-", "_")
+    with psycopg.connect(_psycopg_url(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield str(
+            make_url(normalise_url(server_url)).set(database=name).render_as_string(hide_password=False)
+        )
+    finally:
+        with psycopg.connect(_psycopg_url(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _psycopg_url(url: str) -> str:
+    """A libpq URL (psycopg) from a SQLAlchemy one."""
+    return make_url(normalise_url(url)).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fabrictwin.v1 import telemetry_pb2
 
+from services.telemetry.aggregates import Aggregation
 from services.telemetry.counters import CounterKind
-from services.telemetry.queries import Aggregation
 from services.telemetry.schema import METRIC_COLUMNS, samples
 
 

@@ -33,6 +33,10 @@ def test_a_16_bit_symbol_error_counter_wraps_at_65536():
     assert _deltas(CounterKind.CUMULATIVE_16, [65530, 4])[1:] == [10.0]
 
 
+def test_an_8_bit_link_downed_counter_wraps_at_256():
+    assert _deltas(CounterKind.CUMULATIVE_8, [250, 3])[1:] == [9.0]
+
+
 def test_a_ports_first_reading_has_no_delta():
     assert np.isnan(_deltas(CounterKind.CUMULATIVE_64, [7, 9])[0])
 
@@ -71,9 +75,9 @@ def _stored(store: TelemetryStore, source_id: str, port: str) -> list[float]:
 
 def test_cumulative_readings_are_stored_as_deltas_across_batches(store: TelemetryStore, source_id: str):
     kind = CounterKind.IB_DATA_32
-    # Rows arrive interleaved and out of order inside the batch; deltas follow each port's time order.
+    # Rows of the two ports arrive interleaved inside the batch; each port's rows are in time order.
     first = _ingest_readings(
-        store, source_id, ["a", "b"], [1, 0, 0, 1], [10, 20, 10, 20], [500, 300, 100, 800], kind
+        store, source_id, ["a", "b"], [1, 0, 0, 1], [10, 10, 20, 20], [500, 100, 300, 800], kind
     )
     assert (first.stored, first.rejected) == (4, 0)
     _ingest_readings(store, source_id, ["a", "b"], [0, 1], [30, 30], [2**32 - 100, 5], kind)
@@ -103,13 +107,50 @@ def test_64_bit_readings_above_2_to_the_63_stay_exact(store: TelemetryStore, sou
     assert _stored(store, source_id, "a") == [6.0]
 
 
-def test_a_late_cumulative_reading_rejects_its_batch_naming_the_counter_kind(
-    store: TelemetryStore, source_id: str
-):
+def test_a_late_cumulative_reading_rejects_its_batch_naming_the_time(store: TelemetryStore, source_id: str):
     kind = CounterKind.CUMULATIVE_32
     _ingest_readings(store, source_id, ["a"], [0, 0], [10, 30], [1, 3], kind)
     late = _ingest_readings(store, source_id, ["a"], [0, 0], [20, 40], [2, 4], kind)
     assert (late.stored, late.rejected) == (0, 2)
-    assert late.reasons[0].reason.startswith("columns[0].counter_kind:")
+    assert late.reasons[0].field == "time_ns"
+    assert "not after the last stored reading" in late.reasons[0].problem
     assert late.reasons[0].row == 0
     assert _stored(store, source_id, "a") == [2.0]
+
+
+def test_transmitted_bytes_of_a_port_with_a_known_rate_give_its_utilisation(
+    store: TelemetryStore, source_id: str
+):
+    # 100 Gb/s ports read once a second; PortXmitData counts 4-octet units.
+    rates = np.array([100e9, 0.0])
+    units = np.array([0, 0, 625_000_000, 100, 1_250_000_000, 200], dtype=np.uint64)
+    first = store.ingest(
+        source_id,
+        ["leaf-0/p1", "leaf-0/p2"],
+        np.array([0, 1, 0, 1, 0, 1]),
+        np.array([0, 0, 1, 1, 2, 2]) * 1_000_000_000,
+        {"tx_bytes": units},
+        {"tx_bytes": CounterKind.IB_DATA_64},
+        port_rate_bps=rates,
+    )
+    assert first.stored == 6
+    page = store.query_series(source_id, "utilisation")
+    # 625e6 units x 4 octets x 8 bits in 1 s on 100 Gb/s = 20 %; the port with no rate has none.
+    assert [(s.port, s.values.tolist()) for s in page.series] == [
+        ("leaf-0/p1", [0.2, 0.2]),
+        ("leaf-0/p2", []),
+    ]
+    # The rate is remembered: a later batch without rates still yields utilisation.
+    store.ingest(
+        source_id, ["leaf-0/p1"], np.array([0]), np.array([3_000_000_000]),
+        {"tx_bytes": np.array([3_750_000_000], dtype=np.uint64)}, {"tx_bytes": CounterKind.IB_DATA_64},
+    )  # fmt: skip
+    series = store.query_series(source_id, "utilisation", port_patterns=["leaf-0/p1"]).series[0]
+    assert series.values.tolist() == [0.2, 0.2, 0.8]
+
+
+def test_a_rate_that_is_not_a_rate_rejects_the_batch(store: TelemetryStore, source_id: str):
+    outcome = store.ingest(
+        source_id, ["a"], np.array([0]), np.array([0]), {"drops": np.ones(1)}, port_rate_bps=np.array([-1.0])
+    )
+    assert outcome.reasons[0].field == "port_rate_bps"

@@ -157,3 +157,33 @@ def test_sources_are_created_listed_and_deleted_with_their_samples(store: Teleme
     store.create_source(SourceRecord(second.id, SourceKind.SIMULATED))
     assert store.query_series(second.id, "drops").series == []
     store.delete_source(second.id)
+
+
+def test_samples_going_back_in_time_within_a_port_reject_the_batch_naming_time_ns(
+    store: TelemetryStore, source_id: str
+):
+    # Ports may interleave; within port "b" the third row (time 5) comes after time 9.
+    outcome = store.ingest(
+        source_id, ["a", "b"], np.array([0, 1, 1, 0, 1]), np.array([1, 9, 5, 2, 12]), {"drops": np.ones(5)}
+    )
+    assert (outcome.stored, outcome.rejected) == (0, 5)
+    assert outcome.reasons[0].field == "time_ns" and outcome.reasons[0].row == 2
+    assert "port 'b' must be sent in time order" in outcome.reasons[0].problem
+    assert store.get_source(source_id).sample_count == 0
+
+
+def test_a_negative_amount_rejects_the_batch_naming_the_column(store: TelemetryStore, source_id: str):
+    outcome = store.ingest(
+        source_id,
+        ["a"],
+        np.zeros(3, dtype=np.int64),
+        np.arange(3),
+        {"utilisation": np.ones(3), "drops": np.array([0, -1.0, 2])},
+    )
+    assert (outcome.stored, outcome.rejected) == (0, 3)
+    assert (outcome.reasons[0].field, outcome.reasons[0].row) == ("columns[1].values", 1)
+
+
+def test_a_port_named_like_a_group_is_refused(store: TelemetryStore, source_id: str):
+    outcome = store.ingest(source_id, ["group:uplinks"], np.array([0]), np.array([0]), {"drops": np.ones(1)})
+    assert outcome.reasons[0].field == "ports[0]"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument, NotFound
-from services.telemetry.queries import Aggregation
+from services.telemetry.aggregates import Aggregation
 from services.telemetry.store import TelemetryStore
 
 PORTS = ["leaf-1/p1", "leaf-1/p2", "leaf-2/p1", "spine-1/p1", "spine-2/p1"]
@@ -22,7 +22,7 @@ def random_samples(store: TelemetryStore, source_id: str):
         port_index.append(np.full(count, port))
         time_ns.append(np.sort(rng.choice(20_000, size=count, replace=False)) + 123)
     port_index, time_ns = np.concatenate(port_index), np.concatenate(time_ns)
-    values = rng.normal(50.0, 20.0, port_index.size)
+    values = np.abs(rng.normal(50.0, 20.0, port_index.size))  # queue depths: bytes, never negative
     outcome = store.ingest(source_id, PORTS, port_index, time_ns, {"queue_depth_bytes": values})
     assert outcome.stored == port_index.size
     return port_index, time_ns, values
@@ -124,7 +124,7 @@ def test_top_links_are_the_highest_ports_highest_first(store: TelemetryStore, so
 
     top = store.top_links(
         source_id, "utilisation", port_patterns=["spine-*"], aggregation=aggregation, limit=3
-    )
+    ).ports
     assert [p.port for p in top] == ["spine-5/p1", "spine-0/p1", "spine-3/p1"]
     mine = port_index == 5
     expected = {
@@ -133,7 +133,7 @@ def test_top_links_are_the_highest_ports_highest_first(store: TelemetryStore, so
         Aggregation.P99: np.percentile(utilisation[mine], 99),
     }[aggregation]
     assert top[0].value == pytest.approx(expected, rel=1e-12)
-    everything = store.top_links(source_id, "utilisation", aggregation=aggregation, limit=100)
+    everything = store.top_links(source_id, "utilisation", aggregation=aggregation, limit=100).ports
     assert [p.port for p in everything][:2] == ["leaf-0/p1", "spine-5/p1"] and len(everything) == 9
 
 
@@ -145,17 +145,17 @@ def test_top_links_over_a_window_ignore_samples_outside_it(store: TelemetryStore
         np.array([0, 0, 100, 100]),
         {"drops": np.array([9.0, 1, 1, 5])},
     )
-    top = store.top_links(source_id, "drops", start_ns=50, end_ns=150, aggregation=Aggregation.SUM)
+    top = store.top_links(source_id, "drops", start_ns=50, end_ns=150, aggregation=Aggregation.SUM).ports
     assert [(p.port, p.value) for p in top] == [("b", 5.0), ("a", 1.0)]
 
 
 def test_queries_refuse_what_they_cannot_answer(store: TelemetryStore, source_id: str):
     with pytest.raises(NotFound):
         store.query_series("no-such-source", "drops")
-    with pytest.raises(InvalidArgument, match=r"time_range\.end_ns"):
+    with pytest.raises(InvalidArgument, match=r"^time_range: "):
         store.query_series(source_id, "drops", start_ns=10, end_ns=5)
-    with pytest.raises(InvalidArgument, match=r"ports\.patterns\[1\]"):
-        store.query_series(source_id, "drops", port_patterns=["a", "group:uplinks"])
+    with pytest.raises(InvalidArgument, match=r"ports\.patterns\[1\]: .* has no fabric"):
+        store.query_series(source_id, "drops", port_patterns=["*", "group:uplinks"])
     with pytest.raises(InvalidArgument, match="step_ns"):
         store.query_series(source_id, "drops", step_ns=-1)
     with pytest.raises(InvalidArgument, match="limit"):

@@ -8,12 +8,16 @@ import grpc
 import numpy as np
 import pytest
 from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
+from google.protobuf import field_mask_pb2
 
-from services.common.config import ServiceConfig
+from services.common.config import ServiceConfig, load_config
 from services.common.resources import new_id
 from services.common.server import ServiceDefinition, serving
+from services.telemetry.__main__ import build, extra_flags
+from services.telemetry.peers import TopologyLinks
 from services.telemetry.servicer import TelemetryServicer
 from services.telemetry.store import TelemetryStore
+from services.topology.__main__ import build as build_topology
 from tests.telemetry.batches import sample_batch
 
 M = telemetry_pb2  # enum values: M.METRIC_TX_BYTES, M.AGGREGATION_MAX, ...
@@ -212,12 +216,169 @@ async def test_creating_a_source_twice_is_already_exists(telemetry, source):
     assert caught.value.code() == grpc.StatusCode.ALREADY_EXISTS
 
 
-async def test_skew_and_loss_history_are_unimplemented_until_issue_6(telemetry, source):
-    for call, request in (
-        (telemetry.GetUtilisationSkew, M.GetUtilisationSkewRequest(source=source)),
-        (telemetry.GetLossHistory, M.GetLossHistoryRequest(source=source)),
-    ):
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await call(request)
-        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "issue #6" in caught.value.details()
+async def test_a_source_is_updated_through_a_field_mask(telemetry, source):
+    updated = await telemetry.UpdateSource(
+        M.UpdateSourceRequest(
+            source=M.Source(name=source, retention_ns=3_600_000_000_000, display_name="pod 1", fabric="x"),
+            update_mask=field_mask_pb2.FieldMask(paths=["retention_ns", "display_name"]),
+        )
+    )
+    assert (updated.retention_ns, updated.display_name, updated.fabric) == (
+        3_600_000_000_000,
+        "pod 1",
+        "fabrics/f1",
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await telemetry.UpdateSource(
+            M.UpdateSourceRequest(
+                source=M.Source(name=source), update_mask=field_mask_pb2.FieldMask(paths=["fabric"])
+            )
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("update_mask.paths[0]:")
+
+
+async def test_rejected_batches_name_the_field_apart_from_the_reason(telemetry, source):
+    back_in_time = sample_batch(source, ["a"], [0, 0], [5, 1], {M.METRIC_DROPS: np.ones(2)})
+    negative = sample_batch(source, ["a"], [0], [9], {M.METRIC_UTILISATION: np.array([-0.5])})
+    reply = await telemetry.IngestSamples(M.IngestSamplesRequest(batch=b) for b in (back_in_time, negative))
+    assert [(r.batch, r.field, r.row) for r in reply.reasons] == [
+        (0, "batch.time_ns", 1),
+        (1, "batch.columns[0].values", 0),
+    ]
+    assert reply.reasons[0].reason.startswith("batch.time_ns: 1 ns is before 5 ns")
+
+
+async def test_skew_and_loss_history_answer_over_grpc(telemetry, source):
+    ports = ["leaf-0->spine-0", "leaf-0->spine-1", "leaf-0->spine-2", "leaf-0->spine-3"]
+    columns = {
+        M.METRIC_UTILISATION: np.array([0.9, 0.1, 0.1, 0.1]),
+        M.METRIC_RX_BYTES: np.array([1e9, 0, 0, 0]),
+        M.METRIC_SYMBOL_ERRORS: np.array([8.0, 0, 0, 0]),
+    }
+    await telemetry.IngestSamples(
+        iter([M.IngestSamplesRequest(batch=sample_batch(source, ports, range(4), [0] * 4, columns))])
+    )
+    skew = await telemetry.GetUtilisationSkew(
+        M.GetUtilisationSkewRequest(source=source, ports=M.PortSelector(patterns=["leaf-*"]))
+    )
+    (point,) = skew.points
+    assert (point.ports, point.share_hot, point.share_idle) == (4, 0.25, 0.75)
+    assert point.max_over_mean == pytest.approx(0.9 / 0.3)
+    loss = await telemetry.GetLossHistory(M.GetLossHistoryRequest(source=source, port="leaf-0->spine-0"))
+    assert [(p.symbol_errors, p.rx_bytes, p.estimated_ber) for p in loss.points] == [(8.0, 1e9, 1e-9)]
+
+
+@pytest.mark.parametrize(
+    ("call", "request_message", "code", "field"),
+    [
+        ("QuerySeries", M.QuerySeriesRequest(metric=1, step_ns=1), "INVALID_ARGUMENT", "step_ns"),
+        (
+            "QuerySeries",
+            M.QuerySeriesRequest(metric=1, time_range=common_pb2.TimeRange(start_ns=9, end_ns=3)),
+            "INVALID_ARGUMENT",
+            "time_range",
+        ),
+        (
+            "TopLinks",
+            M.TopLinksRequest(metric=1, ports=M.PortSelector(patterns=["no-such-port"])),
+            "NOT_FOUND",
+            "ports.patterns[0]",
+        ),
+        ("GetLossHistory", M.GetLossHistoryRequest(port="nope"), "NOT_FOUND", "port"),
+        ("GetUtilisationSkew", M.GetUtilisationSkewRequest(step_ns=-5), "INVALID_ARGUMENT", "step_ns"),
+    ],
+)
+async def test_bad_queries_name_the_field(telemetry, source, call, request_message, code, field):
+    await telemetry.IngestSamples(
+        iter(
+            [
+                M.IngestSamplesRequest(
+                    batch=sample_batch(source, ["a"], [0, 0], [0, 10**12], {M.METRIC_TX_BYTES: np.ones(2)})
+                )
+            ]
+        )
+    )
+    request_message.source = source
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await getattr(telemetry, call)(request_message)
+    assert caught.value.code() == getattr(grpc.StatusCode, code)
+    assert caught.value.details().startswith(f"{field}:"), caught.value.details()
+
+
+def test_the_service_flags_have_environment_variables():
+    config = load_config(
+        "telemetry",
+        ["--ingest-parallelism", "3"],
+        env={"FABRICTWIN_MAINTENANCE_INTERVAL_SECONDS": "0.5", "FABRICTWIN_MAX_POINTS": "7"},
+        extra_flags=extra_flags,
+    )
+    assert config.extra == {"ingest_parallelism": 3, "maintenance_interval_seconds": 0.5, "max_points": 7}
+
+
+async def test_the_service_sweeps_every_source_on_its_own(database_url, tmp_path):
+    config = ServiceConfig(
+        service="telemetry",
+        port=0,
+        database_url=database_url,
+        data_dir=str(tmp_path),
+        extra={"maintenance_interval_seconds": 0.1},
+    )
+    definitions, cleanup = await build(config)
+    try:
+        async with (
+            serving(config, definitions) as running,
+            grpc.aio.insecure_channel(running.address) as channel,
+        ):
+            stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+            name = (
+                await stub.CreateSource(
+                    M.CreateSourceRequest(source_id=new_id("swept"), source=M.Source(kind=1))
+                )
+            ).name
+            minute = 60_000_000_000
+            batch = sample_batch(name, ["a"], [0, 0], [0, 2 * minute], {M.METRIC_DROPS: np.ones(2)})
+            await stub.IngestSamples(iter([M.IngestSamplesRequest(batch=batch)]))
+            for _ in range(100):
+                source = await stub.GetSource(M.GetSourceRequest(name=name))
+                if source.rolled_up_until_ns:
+                    break
+                await asyncio.sleep(0.05)
+            assert source.rolled_up_until_ns == 2 * minute
+            await stub.DeleteSource(M.DeleteSourceRequest(name=name))
+    finally:
+        await cleanup()
+
+
+async def test_a_group_of_a_fabric_the_topology_service_does_not_know_names_the_patterns(store, tmp_path):
+    topology_config = ServiceConfig(service="topology", port=0, data_dir=str(tmp_path))
+    topology_definitions, topology_cleanup = await build_topology(topology_config)
+    try:
+        async with serving(topology_config, topology_definitions) as topology:
+            servicer = TelemetryServicer(store, TopologyLinks(topology.address))
+            definition = ServiceDefinition(
+                "fabrictwin.v1.TelemetryService",
+                servicer,
+                telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server,
+            )
+            async with (
+                serving(ServiceConfig(service="telemetry", port=0), [definition]) as running,
+                grpc.aio.insecure_channel(running.address) as channel,
+            ):
+                stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+                created = await stub.CreateSource(
+                    M.CreateSourceRequest(
+                        source_id=new_id("orphan"), source=M.Source(kind=1, fabric="fabrics/gone")
+                    )
+                )
+                query = M.QuerySeriesRequest(
+                    source=created.name, metric=1, ports=M.PortSelector(patterns=["group:uplinks"])
+                )
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.QuerySeries(query)
+                assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+                assert caught.value.details().startswith("ports.patterns: ")
+                await stub.DeleteSource(M.DeleteSourceRequest(name=created.name))
+    finally:
+        if topology_cleanup is not None:
+            await topology_cleanup()

@@ -1,21 +1,28 @@
-"""`client.telemetry`: sources, columnar ingest and queries through the TelemetryService.
+"""`client.telemetry`: sources, columnar ingest, importers, mirroring and queries (TelemetryService).
 
 Samples travel as columnar batches (`SampleBatch`): a dictionary of port names, then one array per
 column (port index, time, one per metric), packed little-endian with the standard library so that the
-SDK needs no numpy. `ingest_columns` does the packing and splits the rows into batches.
+SDK needs no numpy. `ingest_columns` does the packing and splits the rows into batches;
+`import_text`/`import_file` read perfquery, Prometheus or CSV text (`fabrictwin.importers`), and
+`mirror` streams a live source in poll by poll (`fabrictwin.mirror`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+from google.protobuf import field_mask_pb2
 
 from fabrictwin.arrays import pack_numeric_array
 from fabrictwin.connection import Connection
 from fabrictwin.errors import InvalidArgumentError
+from fabrictwin.importers import SampleColumns
+from fabrictwin.mirror import MirrorReport, Poll, run_mirror, text_parser
 from fabrictwin.names import enum_value, resource_name
 from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
 
-__all__ = ["DEFAULT_BATCH_ROWS", "TelemetryApi", "sample_batches"]
+__all__ = ["DEFAULT_BATCH_ROWS", "TelemetryApi", "column_batches", "sample_batches"]
 
 EnumLike = int | str
 
@@ -52,12 +59,15 @@ def sample_batches(
     *,
     counter_kinds: Mapping[EnumLike, EnumLike] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    port_rates: Sequence[float] | None = None,
 ) -> Iterator[telemetry_pb2.SampleBatch]:
     """Row-aligned columns cut into SampleBatches of at most `batch_rows` rows.
 
     Row i is (ports[port_index[i]], time_ns[i], columns[m][i] for every metric m). Metric keys are
     Metric names without the prefix (`tx_bytes`, `utilisation`) or numbers; `counter_kinds` maps a
     metric to how its values are read (`delta` by default, `cumulative_64`, `ib_data_32`, ...).
+    `port_rates` (bits/s per port, 0 unknown) let the service derive utilisation from cumulative
+    tx_bytes.
     """
     rows = len(time_ns)
     if len(port_index) != rows:
@@ -77,10 +87,13 @@ def sample_batches(
         metrics.append((enum_value(telemetry_pb2.Metric, metric, "columns"), values))
     if not metrics:
         raise InvalidArgumentError("columns: at least one metric column is required")
+    if port_rates is not None and len(port_rates) != len(ports):
+        raise InvalidArgumentError(f"port_rates: {len(port_rates)} rates for {len(ports)} ports")
+    rates = pack_numeric_array(port_rates, "<f8") if port_rates is not None else None
     # Validated above, before the first batch is asked for: gRPC consumes the request iterator in
     # its own thread and would turn an exception raised there into an anonymous CANCELLED.
     return _cut(
-        resource_name("sources", source), list(ports), port_index, time_ns, metrics, kinds, batch_rows
+        resource_name("sources", source), list(ports), port_index, time_ns, metrics, kinds, batch_rows, rates
     )
 
 
@@ -92,6 +105,7 @@ def _cut(
     metrics: list[tuple[int, Sequence[float]]],
     kinds: dict[int, int],
     batch_rows: int,
+    rates: common_pb2.NumericArray | None,
 ) -> Iterator[telemetry_pb2.SampleBatch]:
     for start in range(0, len(time_ns), batch_rows):
         stop = min(start + batch_rows, len(time_ns))
@@ -109,7 +123,24 @@ def _cut(
             port_index=pack_numeric_array(port_index[start:stop], "<i4"),
             time_ns=pack_numeric_array(time_ns[start:stop], "<i8"),
             columns=columns,
+            port_rate_bps=rates,
         )
+
+
+def column_batches(
+    source: str, chunk: SampleColumns, batch_rows: int = DEFAULT_BATCH_ROWS
+) -> Iterator[telemetry_pb2.SampleBatch]:
+    """The SampleBatches of an importer's columns."""
+    return sample_batches(
+        source,
+        chunk.ports,
+        chunk.port_index,
+        chunk.time_ns,
+        chunk.columns,
+        counter_kinds=chunk.counter_kinds,
+        batch_rows=batch_rows,
+        port_rates=chunk.port_rates,
+    )
 
 
 def _time_range(start_ns: int, end_ns: int) -> common_pb2.TimeRange:
@@ -153,6 +184,21 @@ class TelemetryApi:
         """Every source."""
         request = telemetry_pb2.ListSourcesRequest(page_size=page_size)
         return self._connection.pages(self._stub.ListSources, request, "sources")
+
+    def update_source(
+        self, name: str, *, display_name: str | None = None, retention_ns: int | None = None
+    ) -> telemetry_pb2.Source:
+        """Change a source's display name and/or retention (raw samples older than the newest minus it)."""
+        source = telemetry_pb2.Source(name=resource_name("sources", name))
+        mask = field_mask_pb2.FieldMask()
+        if display_name is not None:
+            source.display_name = display_name
+            mask.paths.append("display_name")
+        if retention_ns is not None:
+            source.retention_ns = retention_ns
+            mask.paths.append("retention_ns")
+        request = telemetry_pb2.UpdateSourceRequest(source=source, update_mask=mask)
+        return self._connection.unary(self._stub.UpdateSource, request)
 
     def delete_source(self, name: str) -> None:
         """Delete a source and all its samples."""
@@ -245,14 +291,28 @@ class TelemetryApi:
         return list(self._connection.unary(self._stub.TopLinks, request).ports)
 
     def utilisation_skew(
-        self, source: str, *, ports: Sequence[str] = (), start_ns: int = 0, end_ns: int = 0, step_ns: int = 0
+        self,
+        source: str,
+        *,
+        ports: Sequence[str] = (),
+        start_ns: int = 0,
+        end_ns: int = 0,
+        step_ns: int = 0,
+        hot_above: float = 0.0,
+        idle_below: float = 0.0,
     ) -> list[telemetry_pb2.SkewPoint]:
-        """Utilisation skew of a port group per interval (hot and idle at once: ECMP pinning)."""
+        """Utilisation skew of a port group per interval (hot and idle at once: ECMP pinning).
+
+        `ports` may name a fabric group (`group:uplinks`); step 0 makes the window one interval;
+        a port is hot above `hot_above` (default 0.8) and idle below `idle_below` (default 0.2).
+        """
         request = telemetry_pb2.GetUtilisationSkewRequest(
             source=resource_name("sources", source),
             time_range=_time_range(start_ns, end_ns),
             ports=telemetry_pb2.PortSelector(patterns=list(ports)),
             step_ns=step_ns,
+            hot_above=hot_above,
+            idle_below=idle_below,
         )
         return list(self._connection.unary(self._stub.GetUtilisationSkew, request).points)
 
@@ -267,3 +327,61 @@ class TelemetryApi:
             step_ns=step_ns,
         )
         return list(self._connection.unary(self._stub.GetLossHistory, request).points)
+
+    def import_text(
+        self,
+        source: str,
+        text: str,
+        format: str,
+        *,
+        time_ns: int | None = None,
+        where: str = "",
+        node: str = "",
+        nodes: Mapping[int, str] | None = None,
+        port_name: str = "",
+        counter_kinds: Mapping[str, str] | None = None,
+        link_gbps: float = 0.0,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> telemetry_pb2.IngestSamplesResponse:
+        """Ingest one text in `format` (`perfquery`, `prometheus`, `csv`): see `mirror.text_parser`.
+
+        Readings without a time of their own are stamped `time_ns` (default: now).
+        """
+        parse = text_parser(
+            format,
+            source,
+            where=where,
+            node=node,
+            nodes=nodes,
+            port_name=port_name,
+            counter_kinds=counter_kinds,
+            link_gbps=link_gbps,
+        )
+        chunks = parse(text, time.time_ns() if time_ns is None else time_ns)
+        name = resource_name("sources", source)
+        return self.ingest(batch for chunk in chunks for batch in column_batches(name, chunk, batch_rows))
+
+    def mirror(
+        self,
+        source: str,
+        polls: Iterable[Poll],
+        *,
+        count: int | None = None,
+        on_poll: Callable[[Poll, telemetry_pb2.IngestSamplesResponse | None], None] | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> MirrorReport:
+        """Stream a live source in, one IngestSamples call per poll, until `polls` ends or `count` polls.
+
+        >>> from fabrictwin.mirror import poll_url, text_parser  # doctest: +SKIP
+        >>> parse = text_parser("prometheus", "pod1", node="gpu-7")  # doctest: +SKIP
+        >>> polls = poll_url("http://gpu-7:9100/metrics", parse, 10)  # doctest: +SKIP
+        >>> client.telemetry.mirror("pod1", polls, count=6)  # doctest: +SKIP
+        """
+        name = resource_name("sources", source)
+        return run_mirror(
+            self.ingest,
+            lambda chunk: column_batches(name, chunk, batch_rows),
+            polls,
+            count=count,
+            on_poll=on_poll,
+        )

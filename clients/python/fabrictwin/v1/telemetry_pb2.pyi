@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from fabrictwin.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -154,6 +155,8 @@ class _CounterKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CounterKi
     """InfiniBand PortXmitData/PortRcvData extended: cumulative 64-bit, in units of 4 octets."""
     COUNTER_KIND_CUMULATIVE_16: _CounterKind.ValueType  # 6
     """Cumulative 16-bit counter (SymbolErrorCounter), saturating or wrapping at 2^16."""
+    COUNTER_KIND_CUMULATIVE_8: _CounterKind.ValueType  # 7
+    """Cumulative 8-bit counter (LinkDownedCounter, LinkErrorRecoveryCounter), wrapping at 2^8."""
 
 class CounterKind(_CounterKind, metaclass=_CounterKindEnumTypeWrapper):
     """How a column's values are to be read."""
@@ -173,6 +176,8 @@ COUNTER_KIND_IB_DATA_64: CounterKind.ValueType  # 5
 """InfiniBand PortXmitData/PortRcvData extended: cumulative 64-bit, in units of 4 octets."""
 COUNTER_KIND_CUMULATIVE_16: CounterKind.ValueType  # 6
 """Cumulative 16-bit counter (SymbolErrorCounter), saturating or wrapping at 2^16."""
+COUNTER_KIND_CUMULATIVE_8: CounterKind.ValueType  # 7
+"""Cumulative 8-bit counter (LinkDownedCounter, LinkErrorRecoveryCounter), wrapping at 2^8."""
 Global___CounterKind: _TypeAlias = CounterKind  # noqa: Y015
 
 class _Aggregation:
@@ -227,6 +232,10 @@ class Source(_message.Message):
     RETENTION_NS_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     SAMPLE_COUNT_FIELD_NUMBER: _builtins.int
+    NEWEST_SAMPLE_NS_FIELD_NUMBER: _builtins.int
+    RETAINED_FROM_NS_FIELD_NUMBER: _builtins.int
+    ROLLED_UP_UNTIL_NS_FIELD_NUMBER: _builtins.int
+    PORT_COUNT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name."""
     kind: Global___SourceKind.ValueType
@@ -238,9 +247,21 @@ class Source(_message.Message):
     simulation: _builtins.str
     """Simulated sources: the simulation, `simulations/{simulation}`."""
     retention_ns: _builtins.int
-    """Samples older than this are deleted (0 = keep forever)."""
+    """Raw samples older than this (before the newest sample minus retention_ns) are deleted by the
+    retention sweep; their one-minute roll-ups are kept (0 = keep raw samples forever).
+    """
     sample_count: _builtins.int
     """Samples stored."""
+    newest_sample_ns: _builtins.int
+    """Time of the newest sample (0 when there is none)."""
+    retained_from_ns: _builtins.int
+    """Raw samples before this time were deleted by the retention sweep (0: none deleted); older
+    windows are answered from roll-ups only.
+    """
+    rolled_up_until_ns: _builtins.int
+    """Roll-ups cover every bucket that starts before this time (0: none yet)."""
+    port_count: _builtins.int
+    """Ports seen in this source's samples."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Created."""
@@ -256,10 +277,14 @@ class Source(_message.Message):
         retention_ns: _builtins.int = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         sample_count: _builtins.int = ...,
+        newest_sample_ns: _builtins.int = ...,
+        retained_from_ns: _builtins.int = ...,
+        rolled_up_until_ns: _builtins.int = ...,
+        port_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "kind", b"kind", "name", b"name", "retention_ns", b"retention_ns", "sample_count", b"sample_count", "simulation", b"simulation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "kind", b"kind", "name", b"name", "newest_sample_ns", b"newest_sample_ns", "port_count", b"port_count", "retained_from_ns", b"retained_from_ns", "retention_ns", b"retention_ns", "rolled_up_until_ns", b"rolled_up_until_ns", "sample_count", b"sample_count", "simulation", b"simulation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -370,6 +395,36 @@ class ListSourcesResponse(_message.Message):
 Global___ListSourcesResponse: _TypeAlias = ListSourcesResponse  # noqa: Y015
 
 @_typing.final
+class UpdateSourceRequest(_message.Message):
+    """Request of UpdateSource."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def source(self) -> Global___Source:
+        """The source with its `name` and the new values."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Fields to update: `display_name`, `retention_ns`."""
+
+    def __init__(
+        self,
+        *,
+        source: Global___Source | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["source", b"source", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["source", b"source", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateSourceRequest: _TypeAlias = UpdateSourceRequest  # noqa: Y015
+
+@_typing.final
 class DeleteSourceRequest(_message.Message):
     """Request of DeleteSource."""
 
@@ -444,7 +499,11 @@ Global___SampleColumn: _TypeAlias = SampleColumn  # noqa: Y015
 
 @_typing.final
 class SampleBatch(_message.Message):
-    """A columnar batch of samples: row i is (ports[port_index[i]], time_ns[i], columns[*].values[i])."""
+    """A columnar batch of samples: row i is (ports[port_index[i]], time_ns[i], columns[*].values[i]).
+    Rows of different ports may interleave, but each port's rows must go forward in time; values are
+    >= 0. A row for a (port, time) already stored is a duplicate. Delta columns may fill in older
+    times (backfill); cumulative readings must come after the port's last stored reading.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -453,6 +512,7 @@ class SampleBatch(_message.Message):
     PORT_INDEX_FIELD_NUMBER: _builtins.int
     TIME_NS_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    PORT_RATE_BPS_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """`sources/{source}`."""
     @_builtins.property
@@ -471,6 +531,13 @@ class SampleBatch(_message.Message):
     def columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___SampleColumn]:
         """Metric columns, each with R values."""
 
+    @_builtins.property
+    def port_rate_bps(self) -> _common_pb2.NumericArray:
+        """Optional: [P] float64 link rate of each port in `ports`, bits per second (0 = unknown). Kept
+        per port; with a cumulative METRIC_TX_BYTES column and no METRIC_UTILISATION column, the
+        service derives utilisation = bytes * 8 / (interval * rate) from consecutive readings.
+        """
+
     def __init__(
         self,
         *,
@@ -479,10 +546,11 @@ class SampleBatch(_message.Message):
         port_index: _common_pb2.NumericArray | None = ...,
         time_ns: _common_pb2.NumericArray | None = ...,
         columns: _abc.Iterable[Global___SampleColumn] | None = ...,
+        port_rate_bps: _common_pb2.NumericArray | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["port_index", b"port_index", "time_ns", b"time_ns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["port_index", b"port_index", "port_rate_bps", b"port_rate_bps", "time_ns", b"time_ns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "port_index", b"port_index", "ports", b"ports", "source", b"source", "time_ns", b"time_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "port_index", b"port_index", "port_rate_bps", b"port_rate_bps", "ports", b"ports", "source", b"source", "time_ns", b"time_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -521,22 +589,26 @@ class RejectReason(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     ROW_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    FIELD_FIELD_NUMBER: _builtins.int
     batch: _builtins.int
     """Batch number in the stream (0-based)."""
     row: _builtins.int
     """Row in the batch, or -1 for the whole batch."""
     reason: _builtins.str
     """What was wrong, naming the field."""
+    field: _builtins.str
+    """The field at fault alone (`batch.time_ns`, `batch.columns[2].values`)."""
     def __init__(
         self,
         *,
         batch: _builtins.int = ...,
         row: _builtins.int = ...,
         reason: _builtins.str = ...,
+        field: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "reason", b"reason", "row", b"row"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "field", b"field", "reason", b"reason", "row", b"row"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -584,14 +656,19 @@ Global___IngestSamplesResponse: _TypeAlias = IngestSamplesResponse  # noqa: Y015
 
 @_typing.final
 class PortSelector(_message.Message):
-    """Selects ports: names, globs (`spine-*/p*`), or groups (`group:uplinks`)."""
+    """Selects ports: names, globs (`spine-*/p*`), or groups of the source's fabric: `group:uplinks`
+    (switch ports toward a higher tier: leaf->spine, edge->aggregation->core), `group:downlinks`,
+    `group:switch-links` (both), `group:host-links` (host<->switch, both directions) and
+    `group:tier:<a>-><b>` (ports of tier-a nodes toward tier-b nodes, e.g. `group:tier:1->2`).
+    Port names match the fabric as `<node>/p<port>` (live counters) or `<node>-><peer>` (simulated).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     PATTERNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def patterns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Exact names or globs; empty means all."""
+        """Exact names, globs or groups; a port matching any is selected; empty means all."""
 
     def __init__(
         self,
@@ -627,9 +704,13 @@ class QuerySeriesRequest(_message.Message):
     aggregation: Global___Aggregation.ValueType
     """Aggregation per step bucket (default AVG)."""
     step_ns: _builtins.int
-    """Bucket width; 0 returns raw samples."""
+    """Bucket width; 0 returns raw samples. Buckets are aligned to time 0. A step that is a multiple
+    of one minute with AVG, MIN, MAX or SUM is served from roll-ups where they exist.
+    """
     page_size: _builtins.int
-    """Series (ports) per page (default 100)."""
+    """Series (ports) per page (default 100). A page also holds at most the server's point limit
+    (1,000,000 by default); one series above it is INVALID_ARGUMENT naming `step_ns`.
+    """
     page_token: _builtins.str
     """Token from a previous page."""
     @_builtins.property
@@ -702,8 +783,11 @@ class QuerySeriesResponse(_message.Message):
 
     SERIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ROLLUP_NS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token of the next page."""
+    rollup_ns: _builtins.int
+    """Width of the roll-ups that served whole buckets; 0 when every value came from raw samples."""
     @_builtins.property
     def series(self) -> _containers.RepeatedCompositeFieldContainer[Global___Series]:
         """Series, one per port."""
@@ -713,10 +797,11 @@ class QuerySeriesResponse(_message.Message):
         *,
         series: _abc.Iterable[Global___Series] | None = ...,
         next_page_token: _builtins.str = ...,
+        rollup_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "series", b"series"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "rollup_ns", b"rollup_ns", "series", b"series"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -801,6 +886,9 @@ class TopLinksResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PORTS_FIELD_NUMBER: _builtins.int
+    ROLLUP_NS_FIELD_NUMBER: _builtins.int
+    rollup_ns: _builtins.int
+    """Width of the roll-ups that served the window's whole minutes; 0 when all came from raw samples."""
     @_builtins.property
     def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortValue]:
         """Highest first."""
@@ -809,10 +897,11 @@ class TopLinksResponse(_message.Message):
         self,
         *,
         ports: _abc.Iterable[Global___PortValue] | None = ...,
+        rollup_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "rollup_ns", b"rollup_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -828,10 +917,16 @@ class GetUtilisationSkewRequest(_message.Message):
     TIME_RANGE_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
     STEP_NS_FIELD_NUMBER: _builtins.int
+    HOT_ABOVE_FIELD_NUMBER: _builtins.int
+    IDLE_BELOW_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """`sources/{source}`."""
     step_ns: _builtins.int
     """Interval."""
+    hot_above: _builtins.float
+    """A port is hot above this mean utilisation in an interval (default 0.8)."""
+    idle_below: _builtins.float
+    """A port is idle below this mean utilisation in an interval (default 0.2)."""
     @_builtins.property
     def time_range(self) -> _common_pb2.TimeRange:
         """Window."""
@@ -847,10 +942,12 @@ class GetUtilisationSkewRequest(_message.Message):
         time_range: _common_pb2.TimeRange | None = ...,
         ports: Global___PortSelector | None = ...,
         step_ns: _builtins.int = ...,
+        hot_above: _builtins.float = ...,
+        idle_below: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "time_range", b"time_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "source", b"source", "step_ns", b"step_ns", "time_range", b"time_range"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hot_above", b"hot_above", "idle_below", b"idle_below", "ports", b"ports", "source", b"source", "step_ns", b"step_ns", "time_range", b"time_range"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -867,6 +964,9 @@ class SkewPoint(_message.Message):
     COEFFICIENT_OF_VARIATION_FIELD_NUMBER: _builtins.int
     SHARE_HOT_FIELD_NUMBER: _builtins.int
     SHARE_IDLE_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    MAX_UTILISATION_FIELD_NUMBER: _builtins.int
+    MEAN_UTILISATION_FIELD_NUMBER: _builtins.int
     time_ns: _builtins.int
     """Interval start."""
     max_over_mean: _builtins.float
@@ -877,6 +977,12 @@ class SkewPoint(_message.Message):
     """Share of ports above 80%."""
     share_idle: _builtins.float
     """Share of ports below 20%."""
+    ports: _builtins.int
+    """Ports with samples in the interval."""
+    max_utilisation: _builtins.float
+    """Highest mean utilisation of a port."""
+    mean_utilisation: _builtins.float
+    """Mean utilisation over the ports."""
     def __init__(
         self,
         *,
@@ -885,10 +991,13 @@ class SkewPoint(_message.Message):
         coefficient_of_variation: _builtins.float = ...,
         share_hot: _builtins.float = ...,
         share_idle: _builtins.float = ...,
+        ports: _builtins.int = ...,
+        max_utilisation: _builtins.float = ...,
+        mean_utilisation: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "max_over_mean", b"max_over_mean", "share_hot", b"share_hot", "share_idle", b"share_idle", "time_ns", b"time_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "max_over_mean", b"max_over_mean", "max_utilisation", b"max_utilisation", "mean_utilisation", b"mean_utilisation", "ports", b"ports", "share_hot", b"share_hot", "share_idle", b"share_idle", "time_ns", b"time_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -901,6 +1010,9 @@ class GetUtilisationSkewResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     POINTS_FIELD_NUMBER: _builtins.int
+    ROLLUP_NS_FIELD_NUMBER: _builtins.int
+    rollup_ns: _builtins.int
+    """Width of the roll-ups used; 0 when all came from raw samples."""
     @_builtins.property
     def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkewPoint]:
         """One point per interval."""
@@ -909,10 +1021,11 @@ class GetUtilisationSkewResponse(_message.Message):
         self,
         *,
         points: _abc.Iterable[Global___SkewPoint] | None = ...,
+        rollup_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["points", b"points"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["points", b"points", "rollup_ns", b"rollup_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -966,6 +1079,8 @@ class LossPoint(_message.Message):
     SYMBOL_ERRORS_FIELD_NUMBER: _builtins.int
     RX_PACKETS_FIELD_NUMBER: _builtins.int
     ESTIMATED_BER_FIELD_NUMBER: _builtins.int
+    RX_BYTES_FIELD_NUMBER: _builtins.int
+    XMIT_DISCARDS_FIELD_NUMBER: _builtins.int
     time_ns: _builtins.int
     """Interval start."""
     drops: _builtins.float
@@ -977,7 +1092,13 @@ class LossPoint(_message.Message):
     rx_packets: _builtins.float
     """Packets received."""
     estimated_ber: _builtins.float
-    """Estimated bit error rate (errors over bits received)."""
+    """Estimated bit error rate: (symbol errors + receive errors) over bits received; NaN when no
+    bytes were received in the interval.
+    """
+    rx_bytes: _builtins.float
+    """Bytes received."""
+    xmit_discards: _builtins.float
+    """Packets discarded on transmit (PortXmitDiscards)."""
     def __init__(
         self,
         *,
@@ -987,10 +1108,12 @@ class LossPoint(_message.Message):
         symbol_errors: _builtins.float = ...,
         rx_packets: _builtins.float = ...,
         estimated_ber: _builtins.float = ...,
+        rx_bytes: _builtins.float = ...,
+        xmit_discards: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "estimated_ber", b"estimated_ber", "rcv_errors", b"rcv_errors", "rx_packets", b"rx_packets", "symbol_errors", b"symbol_errors", "time_ns", b"time_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "estimated_ber", b"estimated_ber", "rcv_errors", b"rcv_errors", "rx_bytes", b"rx_bytes", "rx_packets", b"rx_packets", "symbol_errors", b"symbol_errors", "time_ns", b"time_ns", "xmit_discards", b"xmit_discards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

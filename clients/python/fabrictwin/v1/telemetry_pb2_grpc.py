@@ -50,6 +50,11 @@ class TelemetryServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesResponse.FromString,
                 _registered_method=True)
+        self.UpdateSource = channel.unary_unary(
+                '/fabrictwin.v1.TelemetryService/UpdateSource',
+                request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.UpdateSourceRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.Source.FromString,
+                _registered_method=True)
         self.DeleteSource = channel.unary_unary(
                 '/fabrictwin.v1.TelemetryService/DeleteSource',
                 request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.DeleteSourceRequest.SerializeToString,
@@ -102,6 +107,13 @@ class TelemetryServiceServicer:
 
     def ListSources(self, request, context):
         """Lists sources, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSource(self, request, context):
+        """Updates a source's display name or retention (field mask: `display_name`, `retention_ns`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +178,11 @@ def add_TelemetryServiceServicer_to_server(servicer, server):
                     servicer.ListSources,
                     request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesResponse.SerializeToString,
+            ),
+            'UpdateSource': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSource,
+                    request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.UpdateSourceRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.Source.SerializeToString,
             ),
             'DeleteSource': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSource,
@@ -280,6 +297,33 @@ class TelemetryService:
             '/fabrictwin.v1.TelemetryService/ListSources',
             fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesRequest.SerializeToString,
             fabrictwin_dot_v1_dot_telemetry__pb2.ListSourcesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabrictwin.v1.TelemetryService/UpdateSource',
+            fabrictwin_dot_v1_dot_telemetry__pb2.UpdateSourceRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_telemetry__pb2.Source.FromString,
             options,
             channel_credentials,
             insecure,

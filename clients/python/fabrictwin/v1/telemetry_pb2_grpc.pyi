@@ -39,6 +39,8 @@ class TelemetryServiceStub:
     """Gets a source."""
     ListSources: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.ListSourcesRequest, _telemetry_pb2.ListSourcesResponse]
     """Lists sources, paged."""
+    UpdateSource: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.UpdateSourceRequest, _telemetry_pb2.Source]
+    """Updates a source's display name or retention (field mask: `display_name`, `retention_ns`)."""
     DeleteSource: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.DeleteSourceRequest, _telemetry_pb2.DeleteSourceResponse]
     """Deletes a source and all its samples."""
     IngestSamples: _grpc.StreamUnaryMultiCallable[_telemetry_pb2.IngestSamplesRequest, _telemetry_pb2.IngestSamplesResponse]
@@ -63,6 +65,8 @@ class TelemetryServiceAsyncStub(TelemetryServiceStub):
     """Gets a source."""
     ListSources: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.ListSourcesRequest, _telemetry_pb2.ListSourcesResponse]  # type: ignore[assignment]
     """Lists sources, paged."""
+    UpdateSource: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.UpdateSourceRequest, _telemetry_pb2.Source]  # type: ignore[assignment]
+    """Updates a source's display name or retention (field mask: `display_name`, `retention_ns`)."""
     DeleteSource: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.DeleteSourceRequest, _telemetry_pb2.DeleteSourceResponse]  # type: ignore[assignment]
     """Deletes a source and all its samples."""
     IngestSamples: _aio.StreamUnaryMultiCallable[_telemetry_pb2.IngestSamplesRequest, _telemetry_pb2.IngestSamplesResponse]  # type: ignore[assignment]
@@ -102,6 +106,14 @@ class TelemetryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.ListSourcesResponse, _abc.Awaitable[_telemetry_pb2.ListSourcesResponse]]:
         """Lists sources, paged."""
+
+    @_abc_1.abstractmethod
+    def UpdateSource(
+        self,
+        request: _telemetry_pb2.UpdateSourceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.Source, _abc.Awaitable[_telemetry_pb2.Source]]:
+        """Updates a source's display name or retention (field mask: `display_name`, `retention_ns`)."""
 
     @_abc_1.abstractmethod
     def DeleteSource(

@@ -1,0 +1,138 @@
+"""Alembic migrations: an empty database reaches head, the result is the schema the code uses, and a
+database made by the first slice (no version table) keeps its rows through the upgrade."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from services.common.db import make_engine
+from services.telemetry.migrate import HEAD, VERSION_TABLE, _config, current_revision, migrate_to_head
+from services.telemetry.schema import metadata
+from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
+
+BOTH = pytest.mark.parametrize(
+    "empty_database_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+TABLES = {
+    "telemetry_sources",
+    "telemetry_ports",
+    "telemetry_samples",
+    "telemetry_rollups",
+    "telemetry_counter_state",
+    "telemetry_fabric_links",
+}
+
+
+@BOTH
+def test_an_empty_database_migrates_to_head(empty_database_url: str):
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.connect() as connection:
+            assert current_revision(connection) is None
+            assert not set(sa.inspect(connection).get_table_names()) & TABLES
+        assert migrate_to_head(engine) == HEAD
+        with engine.connect() as connection:
+            assert set(sa.inspect(connection).get_table_names()) >= TABLES | {VERSION_TABLE}
+        assert migrate_to_head(engine) == HEAD  # a second start changes nothing
+    finally:
+        engine.dispose()
+
+
+@BOTH
+def test_the_migrated_schema_is_the_one_the_code_reads_and_writes(empty_database_url: str):
+    engine = make_engine(empty_database_url)
+    try:
+        migrate_to_head(engine)
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+            differences = compare_metadata(context, metadata)
+            if connection.dialect.name == "sqlite":  # BRIN is PostgreSQL's (ddl_if), SQLite has none
+                differences = [d for d in differences if d[1].name != "ix_telemetry_samples_time_brin"]
+        assert differences == []
+    finally:
+        engine.dispose()
+
+
+@BOTH
+def test_a_postgresql_source_gets_its_own_partitions(empty_database_url: str):
+    store = TelemetryStore.open(empty_database_url)
+    try:
+        created = store.create_source(SourceRecord("pod-a", SourceKind.LIVE))
+        with store.engine.connect() as connection:
+            tables = set(sa.inspect(connection).get_table_names())
+        partitions = {f"telemetry_samples_s{created.key}", f"telemetry_rollups_s{created.key}"}
+        if store.sqlite:
+            assert not partitions & tables
+        else:
+            assert partitions <= tables
+            store.delete_source("pod-a")
+            with store.engine.connect() as connection:
+                assert not partitions & set(sa.inspect(connection).get_table_names())
+    finally:
+        store.close()
+
+
+def _first_slice_database(url: str) -> None:
+    """The tables the first slice created with metadata.create_all: revision 0001, no version table."""
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        command.upgrade(_config(connection), "0001")
+        connection.execute(sa.text(f"DROP TABLE {VERSION_TABLE}"))
+        connection.execute(
+            sa.text(
+                "INSERT INTO telemetry_sources VALUES "
+                "('old-pod', 'live', 'old pod', 'fabrics/f', '', 0, 5, 3), "
+                "('old-run', 'simulated', '', '', '', 0, 6, 0)"
+            )
+        )
+        connection.execute(
+            sa.text("INSERT INTO telemetry_ports (id, source_id, name) VALUES (7, 'old-pod', 'leaf-0/p1')")
+        )
+        connection.execute(
+            sa.text(
+                "INSERT INTO telemetry_samples (source_id, port_id, time_ns, utilisation) VALUES "
+                "('old-pod', 7, 10, 0.5), ('old-pod', 7, 20, 0.25), ('old-pod', 7, 30, 0.75)"
+            )
+        )
+        connection.execute(
+            sa.text("INSERT INTO telemetry_counter_state VALUES ('old-pod', 7, 'rx_bytes', 30, 1000)")
+        )
+    engine.dispose()
+
+
+@BOTH
+def test_a_first_slice_database_is_upgraded_keeping_its_rows(empty_database_url: str):
+    _first_slice_database(empty_database_url)
+    store = TelemetryStore.open(empty_database_url)  # stamps 0001, upgrades to head
+    try:
+        with store.engine.connect() as connection:
+            assert current_revision(connection) == HEAD
+        old = store.get_source("old-pod")
+        assert (old.sample_count, old.port_count, old.newest_time_ns, old.fabric) == (3, 1, 30, "fabrics/f")
+        series = store.query_series("old-pod", "utilisation").series
+        assert [(s.port, s.time_ns.tolist(), s.values.tolist()) for s in series] == [
+            ("leaf-0/p1", [10, 20, 30], [0.5, 0.25, 0.75])
+        ]
+        assert store.get_source("old-run").kind is SourceKind.SIMULATED
+        # New ports get ids after the copied ones, and the counter state carried over:
+        # 1000 -> 1600 is a delta of 600 on the old port.
+        outcome = store.ingest(
+            "old-pod",
+            ["leaf-0/p1", "leaf-0/p2"],
+            np.array([0, 1]),
+            np.array([40, 40]),
+            {"rx_bytes": np.array([1600, 5], dtype=np.uint64)},
+            {"rx_bytes": 2},
+        )
+        assert outcome.stored == 2
+        assert store.query_series("old-pod", "rx_bytes", port_patterns=["leaf-0/p1"]).series[
+            0
+        ].values.tolist() == [600.0]
+        assert store.get_source("old-pod").port_count == 2
+    finally:
+        store.close()
