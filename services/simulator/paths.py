@@ -24,10 +24,18 @@ import numpy as np
 from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
 from services.simulator.ecmp_hash import ecmp_next_hop, flow_hash, pack_five_tuples, switch_seeds
+from services.simulator.results import FlowOutcomes
 from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec
 from services.simulator.workload import Workload
 
-__all__ = ["FlowRoutes", "pin_flows_by_hash", "route_workload", "split_flows_evenly"]
+__all__ = [
+    "FlowRoutes",
+    "flow_outcomes",
+    "pin_flows_by_hash",
+    "route_workload",
+    "split_flows_evenly",
+    "unique_rows",
+]
 
 _NODE_KIND_SWITCH = 2
 _LINK_STATE_DOWN = 2
@@ -240,3 +248,32 @@ def route_workload(
     else:
         routes = split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
     return routes, flow_route
+
+
+def flow_outcomes(
+    workload: Workload,
+    routes: FlowRoutes,
+    flow_route: np.ndarray,
+    start_ns: np.ndarray,
+    finish_ns: np.ndarray,
+    host_names: list[str],
+) -> FlowOutcomes:
+    """Per-flow results of either engine; links per route only where each flow had one path."""
+    if routes.pinned:
+        path_offsets, path_links = routes.offsets, (routes.channels // 2).astype(np.int32)
+    else:
+        path_offsets = np.zeros(len(routes.offsets), dtype=np.int64)
+        path_links = np.zeros(0, dtype=np.int32)
+    return FlowOutcomes(
+        job=workload.flow_job,
+        source=workload.flow_source,
+        destination=workload.flow_destination,
+        size_bytes=workload.flow_size_bytes,
+        start_ns=start_ns,
+        finish_ns=finish_ns,
+        udp_source_port=workload.flow_source_port,
+        route=flow_route,
+        path_offsets=path_offsets,
+        path_links=path_links,
+        host_names=host_names,
+    )

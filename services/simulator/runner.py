@@ -16,12 +16,11 @@ import numpy as np
 
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
-from services.simulator.flow_model import Cancelled, FlowRun, simulate_flows
+from services.simulator.flow_model import Cancelled, simulate_flows
 from services.simulator.packet.outcome import run_packet_simulation
-from services.simulator.paths import FlowRoutes, route_workload
+from services.simulator.paths import flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
-    FlowOutcomes,
     SimulationOutcome,
     channel_totals,
     ideal_completion_ns,
@@ -30,7 +29,7 @@ from services.simulator.results import (
 )
 from services.simulator.series import channel_series, default_sample_interval_ns
 from services.simulator.spec import Fidelity, LoadBalancingMode, SimulationSpec, Transport, validate_spec
-from services.simulator.workload import Workload, build_workload
+from services.simulator.workload import build_workload
 
 __all__ = ["WorkerFailure", "model_notes", "run_in_worker", "run_simulation"]
 
@@ -74,29 +73,6 @@ def model_notes(spec: SimulationSpec) -> list[str]:
     if spec.transport == Transport.INFINIBAND:
         notes.append("InfiniBand transport: credits and VLs do not change FLOW results.")
     return notes
-
-
-def _flow_outcomes(
-    workload: Workload, routes: FlowRoutes, flow_route: np.ndarray, run: FlowRun, names: list[str]
-) -> FlowOutcomes:
-    if routes.pinned:
-        path_offsets, path_links = routes.offsets, (routes.channels // 2).astype(np.int32)
-    else:
-        path_offsets = np.zeros(len(routes.offsets), dtype=np.int64)
-        path_links = np.zeros(0, dtype=np.int32)
-    return FlowOutcomes(
-        job=workload.flow_job,
-        source=workload.flow_source,
-        destination=workload.flow_destination,
-        size_bytes=workload.flow_size_bytes,
-        start_ns=run.flow_start_ns,
-        finish_ns=run.flow_finish_ns,
-        udp_source_port=workload.flow_source_port,
-        route=flow_route,
-        path_offsets=path_offsets,
-        path_links=path_links,
-        host_names=names,
-    )
 
 
 def run_simulation(
@@ -173,7 +149,7 @@ def run_simulation(
         makespan_ns=run.end_ns,
         channels=totals,
         series=series,
-        flows=_flow_outcomes(workload, routes, flow_route, run, names),
+        flows=flow_outcomes(workload, routes, flow_route, run.flow_start_ns, run.flow_finish_ns, names),
         uplink_skew=uplink_skew(snapshot, totals, rank_hosts, run.end_ns),
         events=run.events,
         wall_seconds=time.perf_counter() - wall,

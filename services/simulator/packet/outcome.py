@@ -19,11 +19,10 @@ import numpy as np
 
 from services.common.snapshot import FabricSnapshot
 from services.simulator.packet.engine import PacketEngineConfig, simulate_packets
-from services.simulator.paths import FlowRoutes, route_workload
+from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
     ChannelTotals,
-    FlowOutcomes,
     PacketStats,
     SimulationOutcome,
     ideal_completion_ns,
@@ -182,20 +181,7 @@ def run_packet_simulation(
         notes.append(
             f"Stopped at time_limit_ns={spec.time_limit_ns}; unfinished jobs: {', '.join(unfinished)}."
         )
-    pinned = routes.pinned
-    flows = FlowOutcomes(
-        job=workload.flow_job,
-        source=workload.flow_source,
-        destination=workload.flow_destination,
-        size_bytes=workload.flow_size_bytes,
-        start_ns=run.flow_start_ns,
-        finish_ns=run.flow_finish_ns,
-        udp_source_port=workload.flow_source_port,
-        route=flow_route,
-        path_offsets=routes.offsets if pinned else np.zeros(len(routes.offsets), dtype=np.int64),
-        path_links=(routes.channels // 2).astype(np.int32) if pinned else np.zeros(0, dtype=np.int32),
-        host_names=names,
-    )
+    flows = flow_outcomes(workload, routes, flow_route, run.flow_start_ns, run.flow_finish_ns, names)
     rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
     return SimulationOutcome(
         fabric=snapshot.fabric,
