@@ -68,7 +68,20 @@ def _job_from_proto(index: int, job: simulation_pb2.Job) -> domain.JobSpec:
 
 
 def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.SimulationSpec:
-    """The domain spec of a request's `spec` (no validation beyond enum values)."""
+    """The domain spec of a request's `spec` (no validation beyond enum values).
+
+    Transport settings the engines do not model yet are refused, not ignored.
+    """
+    for field, empty in (
+        ("roce", simulation_pb2.RoceConfig()),
+        ("infiniband", simulation_pb2.InfinibandConfig()),
+    ):
+        if message.HasField(field) and getattr(message, field) != empty:
+            raise InvalidArgument(
+                f"spec.{field}",
+                "PFC, ECN/DCQCN, Go-Back-N and InfiniBand credits arrive with the transports issue (#5); "
+                "leave it unset",
+            )
     load_balancing = None
     if message.HasField("load_balancing"):
         lb = message.load_balancing

@@ -262,7 +262,13 @@ def validate_spec(spec: SimulationSpec) -> None:
     if not spec.jobs:
         raise InvalidArgument("jobs", "at least one job is required")
     if spec.fault_count:
-        raise InvalidArgument("faults", "fault injection is not supported at FLOW fidelity yet")
+        raise InvalidArgument("faults", "fault injection arrives with the transports-and-faults issue (#5)")
+    if spec.fidelity == Fidelity.PACKET and spec.transport == Transport.INFINIBAND:
+        raise InvalidArgument(
+            "transport",
+            "InfiniBand at PACKET fidelity needs credit-based flow control, which arrives with issue #5; "
+            "use ROCEV2 (drops counted, not resent) or FLOW fidelity",
+        )
     for name in (
         "switch_latency_ns",
         "sample_interval_ns",

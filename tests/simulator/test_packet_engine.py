@@ -173,3 +173,25 @@ def test_a_cancelled_run_stops():
     with pytest.raises(Cancelled):
         run_simulation(packet_spec([ring(16, 64 << 20)]), FAT_TREE, progress)
     assert calls
+
+
+def test_what_the_engine_does_not_model_yet_is_refused_not_ignored():
+    with pytest.raises(InvalidArgument, match="transport"):
+        run_simulation({**packet_spec([ring(16, 1 << 20)]), "transport": "INFINIBAND"}, FAT_TREE)
+    with pytest.raises(InvalidArgument, match="faults"):
+        run_simulation({**packet_spec([ring(16, 1 << 20)]), "fault_count": 1}, FAT_TREE)
+
+
+def test_transport_settings_in_a_request_are_refused_naming_the_field():
+    from fabrictwin.v1 import simulation_pb2
+
+    from services.simulator.convert import spec_from_proto
+
+    message = simulation_pb2.SimulationSpec(fabric="fabrics/x", roce=simulation_pb2.RoceConfig(pfc=True))
+    with pytest.raises(InvalidArgument, match=r"spec\.roce"):
+        spec_from_proto(message)
+    message = simulation_pb2.SimulationSpec(
+        fabric="fabrics/x", infiniband=simulation_pb2.InfinibandConfig(virtual_lanes=2)
+    )
+    with pytest.raises(InvalidArgument, match=r"spec\.infiniband"):
+        spec_from_proto(message)
