@@ -44,10 +44,14 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
     """What the PACKET model does for this spec, in words a reader can check."""
     lb = spec.load_balancing
     assert lb is not None and lb.mode is not None
+    overhead = (
+        f"{header} bytes of wire overhead per packet (header_bytes)"
+        if spec.header_bytes
+        else f"{header} bytes of {spec.transport.value} wire overhead"
+    )
     notes = [
         f"PACKET fidelity: output-queued switch ports with {buffer} bytes of buffer each, store-and-"
-        f"forward, {spec.mtu_bytes}-byte payloads plus {header} bytes of {spec.transport.value} wire "
-        "overhead; drops on overflow.",
+        f"forward, {spec.mtu_bytes}-byte payloads plus {overhead}; drops on overflow.",
         "No transport reliability yet: a dropped packet is counted and not resent (Go-Back-N, PFC, "
         "DCQCN and credits arrive with the transports issue).",
     ]
