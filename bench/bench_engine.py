@@ -128,7 +128,11 @@ def _allreduce_k16(mode: str) -> dict:
         "jobs": [
             {"collective": "ALL_REDUCE", "size_bytes": 64 << 20, "rank_count": 1024, "placement": "RANDOM"}
         ],
-        "load_balancing": {"mode": mode, "seed": 1, "flowlet_gap_ns": 2000},
+        "load_balancing": {
+            "mode": mode,
+            "seed": 1,
+            **({"flowlet_gap_ns": 2000} if mode == "FLOWLET" else {}),
+        },
         "switch_latency_ns": 300,
         "seed": 1,
     }

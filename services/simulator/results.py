@@ -134,6 +134,7 @@ class PacketStats:
     dropped: int
     retransmitted: int
     peak_in_flight: int
+    in_flight: int  # at the end: injected == delivered + dropped + in_flight
     out_of_order: int
     reorder_peak_bytes: int
     reorder_overflow: int

@@ -253,6 +253,19 @@ def validate_spec(spec: SimulationSpec) -> None:
         raise InvalidArgument("load_balancing.mode", "is required (ECMP, ADAPTIVE, SPRAY or FLOWLET)")
     if spec.load_balancing.mode == LoadBalancingMode.FLOWLET and spec.fidelity != Fidelity.PACKET:
         raise InvalidArgument("load_balancing.mode", "FLOWLET needs PACKET fidelity")
+    lb = spec.load_balancing
+    if lb.mode == LoadBalancingMode.FLOWLET and lb.flowlet_gap_ns <= 0:
+        raise InvalidArgument(
+            "load_balancing.flowlet_gap_ns",
+            f"FLOWLET needs a positive idle gap (e.g. 2000 ns), got {lb.flowlet_gap_ns}; "
+            "a zero gap would be per-packet adaptive routing (use ADAPTIVE)",
+        )
+    if lb.mode != LoadBalancingMode.FLOWLET and lb.flowlet_gap_ns:
+        raise InvalidArgument(
+            "load_balancing.flowlet_gap_ns", f"applies to FLOWLET only, not {lb.mode.value}"
+        )
+    if lb.spray_random and lb.mode != LoadBalancingMode.SPRAY:
+        raise InvalidArgument("load_balancing.spray_random", f"applies to SPRAY only, not {lb.mode.value}")
     if spec.mtu_bytes <= 0:
         raise InvalidArgument("mtu_bytes", f"must be positive, got {spec.mtu_bytes}")
     if spec.fidelity == Fidelity.PACKET and spec.buffer_bytes and spec.buffer_bytes < spec.mtu_bytes:

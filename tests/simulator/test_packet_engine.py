@@ -88,7 +88,10 @@ def test_every_packet_sent_is_delivered_or_counted_as_dropped(mode):
     # Shallow buffers and a scattered ring under ECMP collisions: some packets must be dropped.
     fabric = fat_tree(8, rate_bps=100_000_000_000)
     spec = packet_spec(
-        [ring(128, 4 << 20)], mode, buffer_bytes=16 * 4178, lb={"seed": 1, "flowlet_gap_ns": 1000}
+        [ring(128, 4 << 20)],
+        mode,
+        buffer_bytes=16 * 4178,
+        lb={"seed": 1, **({"flowlet_gap_ns": 1000} if mode == "FLOWLET" else {})},
     )
     outcome = run_simulation(spec, fabric)
     stats = outcome.packets
@@ -127,7 +130,7 @@ def test_flowlets_with_a_long_gap_never_move_a_flow_and_a_zero_gap_behaves_per_p
     spec = packet_spec([ring(16, 2 << 20, "RANDOM")], "FLOWLET", seed=2, lb={"flowlet_gap_ns": 10**12})
     held = run_simulation(spec, FAT_TREE)
     assert held.packets.out_of_order == 0
-    spec["load_balancing"]["flowlet_gap_ns"] = 0
+    spec["load_balancing"]["flowlet_gap_ns"] = 1  # every pause is a new flowlet
     moving = run_simulation(spec, FAT_TREE)
     assert moving.packets.out_of_order > 0
 
@@ -195,3 +198,94 @@ def test_transport_settings_in_a_request_are_refused_naming_the_field():
     )
     with pytest.raises(InvalidArgument, match=r"spec\.infiniband"):
         spec_from_proto(message)
+
+
+def switch_balance(outcome, snapshot):
+    """Per switch: packets in, packets out plus drops (a completed run has nothing in flight)."""
+    packets = np.zeros(snapshot.num_channels, dtype=np.int64)
+    drops = np.zeros(snapshot.num_channels, dtype=np.int64)
+    bytes_by_channel = dict(
+        zip(outcome.channels.channels.tolist(), outcome.channels.bytes.tolist(), strict=True)
+    )
+    for i, c in enumerate(outcome.channels.channels):
+        drops[c] = outcome.channels.drops[i]
+    source, target = snapshot.channel_source(), snapshot.channel_target()
+    # wire bytes / packet size is exact when every packet is full-size
+    for c, b in bytes_by_channel.items():
+        packets[c] = b // (4096 + 82)
+    switches = np.flatnonzero(snapshot.node_kind == 2)
+    into = np.array([packets[target == s].sum() for s in switches])
+    out = np.array([packets[source == s].sum() + drops[source == s].sum() for s in switches])
+    return into, out
+
+
+@pytest.mark.parametrize("mode", ["ECMP", "ADAPTIVE", "SPRAY", "FLOWLET"])
+def test_every_switch_forwards_or_drops_every_packet_it_receives(mode):
+    lb = {"seed": 2, **({"flowlet_gap_ns": 500} if mode == "FLOWLET" else {})}
+    spec = packet_spec(
+        [ring(16, 4 << 20, "RANDOM", qps_per_connection=2)], mode, buffer_bytes=8 * 4178, lb=lb
+    )
+    outcome = run_simulation(spec, FAT_TREE)
+    into, out = switch_balance(outcome, FAT_TREE)
+    assert np.array_equal(into, out)
+
+
+def test_drops_do_not_leave_gaps_in_the_reorder_window():
+    # ECMP never reorders; an incast with a shallow buffer drops, and the receiver stops waiting
+    # for what was dropped instead of counting every later packet as out of order.
+    hosts = [FAT_TREE.node_names[h] for h in FAT_TREE.host_nodes]
+    flows = [{"source": hosts[i], "destination": hosts[15], "size_bytes": 1 << 20} for i in (0, 4, 8)]
+    spec = packet_spec([{"collective": "POINT_TO_POINT", "flows": flows}], "ECMP", buffer_bytes=64 * 4178)
+    outcome = run_simulation(spec, FAT_TREE)
+    assert outcome.packets.dropped > 0
+    assert outcome.packets.out_of_order == 0
+    assert outcome.packets.reorder_peak_bytes == 0
+    assert outcome.packets.reorder_overflow == 0
+
+
+def test_a_fixed_sample_interval_is_kept_however_long_the_run():
+    hosts = [FAT_TREE.node_names[h] for h in FAT_TREE.host_nodes]
+    jobs = [
+        {
+            "collective": "POINT_TO_POINT",
+            "flows": [{"source": hosts[0], "destination": hosts[5], "size_bytes": 1 << 20}],
+        }
+        for _ in range(3)
+    ]
+    outcome = run_simulation(packet_spec(jobs, "SPRAY", sample_interval_ns=1000), FAT_TREE)
+    assert outcome.sample_interval_ns == 1000
+    assert outcome.series.bytes.shape[1] * 1000 >= outcome.makespan_ns
+    assert np.allclose(
+        outcome.series.bytes.sum(axis=1), outcome.channels.bytes, atol=outcome.series.bytes.shape[1]
+    )
+
+
+def test_the_chosen_interval_is_whole_nanoseconds_and_covers_the_run():
+    outcome = run_simulation(packet_spec([ring(16, 3 << 20)], "ADAPTIVE"), FAT_TREE)
+    bins = outcome.series.bytes.shape[1]
+    assert (bins - 1) * outcome.sample_interval_ns < outcome.makespan_ns <= bins * outcome.sample_interval_ns
+    assert outcome.series.utilisation.max() <= 1.0
+
+
+def test_a_time_limited_run_accounts_for_the_packets_still_in_flight():
+    spec = packet_spec([ring(16, 8 << 20)], "SPRAY", time_limit_ns=200_000)
+    outcome = run_simulation(spec, FAT_TREE)
+    stats = outcome.packets
+    assert outcome.makespan_ns == 200_000
+    assert stats.in_flight > 0
+    assert stats.injected == stats.delivered + stats.dropped + stats.in_flight
+    assert any("time_limit_ns" in note for note in outcome.model_notes)
+
+
+@pytest.mark.parametrize(
+    ("lb", "field"),
+    [
+        ({"mode": "FLOWLET"}, "flowlet_gap_ns"),
+        ({"mode": "FLOWLET", "flowlet_gap_ns": -5}, "flowlet_gap_ns"),
+        ({"mode": "ECMP", "flowlet_gap_ns": 100}, "flowlet_gap_ns"),
+        ({"mode": "ECMP", "spray_random": True}, "spray_random"),
+    ],
+)
+def test_options_that_would_change_nothing_or_something_else_are_refused(lb, field):
+    with pytest.raises(InvalidArgument, match=field):
+        run_simulation({**packet_spec([ring(16, 1 << 20)]), "load_balancing": lb}, FAT_TREE)

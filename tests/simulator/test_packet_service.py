@@ -78,9 +78,11 @@ async def test_a_packet_scenario_compares_all_four_modes(stack):
                 common_pb2.LOAD_BALANCING_MODE_ECMP,
                 common_pb2.LOAD_BALANCING_MODE_ADAPTIVE,
                 common_pb2.LOAD_BALANCING_MODE_SPRAY,
-                common_pb2.LOAD_BALANCING_MODE_FLOWLET,
             )
         ]
+        modes.append(
+            common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_FLOWLET, flowlet_gap_ns=2000)
+        )
         scenario = scenario_pb2.Scenario(
             fabric="fabrics/ft4",
             jobs=[ring(1 << 20, S.PLACEMENT_POLICY_RANDOM)],

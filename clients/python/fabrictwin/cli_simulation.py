@@ -135,7 +135,11 @@ def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
     modes = list(dict.fromkeys(args.mode or args.default_modes))
     return [
         load_balancing(
-            mode, seed=args.hash_seed, spray_random=args.spray_random, flowlet_gap_ns=args.flowlet_gap_ns
+            mode,
+            seed=args.hash_seed,
+            # Each option goes to the mode it belongs to (the server refuses it on any other).
+            spray_random=args.spray_random and mode == "spray",
+            flowlet_gap_ns=args.flowlet_gap_ns if mode == "flowlet" else 0,
         )
         for mode in modes
     ]

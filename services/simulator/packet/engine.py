@@ -37,6 +37,7 @@ _MODES = {
 _BUDGET = 2_000_000  # events between progress reports
 _ROB_WORDS = 8  # reorder window: 512 packets per flow
 _MAX_SERIES_BYTES = 2 << 30
+_SERIES_CELL_BYTES = 8 + 4 + 8 + 4  # bytes, peak queue, queue integral, drops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +81,7 @@ class PacketRun:
     packets_dropped: int
     delivered_payload_bytes: int
     peak_packets_in_flight: int
+    packets_in_flight: int  # at the end (a time-limited run stops with packets on the wire)
     out_of_order_packets: int
     reorder_overflow_packets: int
     reorder_peak_bytes: int
@@ -224,7 +226,7 @@ class _Arrays:
 
     # -- allocation and growth ---------------------------------------------------------------------
     def _alloc_series(self, channels: int, bins: int) -> None:
-        if channels * bins * 20 > _MAX_SERIES_BYTES:
+        if channels * bins * _SERIES_CELL_BYTES > _MAX_SERIES_BYTES:
             raise InvalidArgument(
                 "sample_interval_ns",
                 f"{bins} intervals x {channels} link directions would not fit in memory; "
@@ -234,7 +236,7 @@ class _Arrays:
         # writes of a stretch of simulated time share a few cache lines instead of one per channel.
         self.s_bytes = np.zeros((bins, channels), dtype=np.float64)
         self.s_qpeak = np.zeros((bins, channels), dtype=np.int32)
-        self.s_qint = np.zeros((bins, channels), dtype=np.float32)
+        self.s_qint = np.zeros((bins, channels), dtype=np.float64)  # byte x ps: float32 loses sums
         self.s_drops = np.zeros((bins, channels), dtype=np.int32)
 
     def _alloc_packets(self, count: int) -> None:
@@ -249,9 +251,11 @@ class _Arrays:
 
     def _alloc_slots(self, count: int) -> None:
         self.rob_bits = np.zeros((count, _ROB_WORDS), dtype=np.uint64)
+        self.rob_lost = np.zeros((count, _ROB_WORDS), dtype=np.uint64)
         self.rob_next = np.arange(1, count + 1, dtype=np.int32)
         self.rob_next[-1] = -1
         self.f_fl_ch = np.full(count * self.max_hops, -1, dtype=np.int32)
+        self.f_fl_node = np.full(count * self.max_hops, -1, dtype=np.int32)
         self.f_fl_last = np.zeros(count * self.max_hops, dtype=np.int64)
 
     def _alloc_heap(self, count: int) -> None:
@@ -288,18 +292,20 @@ class _Arrays:
     def grow_slots(self) -> None:
         old = len(self.rob_next)
         self.rob_bits = np.concatenate([self.rob_bits, np.zeros_like(self.rob_bits)])
+        self.rob_lost = np.concatenate([self.rob_lost, np.zeros_like(self.rob_lost)])
         extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
         extra[-1] = self.sc[L.SC_ROB_FREE]
         self.rob_next = np.concatenate([self.rob_next, extra])
         self.sc[L.SC_ROB_FREE] = old
         self.sc[L.SC_ROB_FREE_COUNT] += old
         self.f_fl_ch = np.concatenate([self.f_fl_ch, np.full_like(self.f_fl_ch, -1)])
+        self.f_fl_node = np.concatenate([self.f_fl_node, np.full_like(self.f_fl_node, -1)])
         self.f_fl_last = np.concatenate([self.f_fl_last, np.zeros_like(self.f_fl_last)])
 
     def grow_bins(self, fixed_interval: bool) -> None:
         if fixed_interval:  # the caller chose the interval: keep it, add columns
             bins, channels = self.s_bytes.shape
-            if channels * 2 * bins * 20 > _MAX_SERIES_BYTES:
+            if channels * 2 * bins * _SERIES_CELL_BYTES > _MAX_SERIES_BYTES:
                 raise InvalidArgument(
                     "sample_interval_ns",
                     f"the run outlasts {bins} intervals of {self.pr[L.PR_INTERVAL] // 1000} ns "
@@ -308,7 +314,7 @@ class _Arrays:
                 )
             for name in ("s_bytes", "s_qpeak", "s_qint", "s_drops"):
                 a = getattr(self, name)
-                setattr(self, name, np.concatenate([a, np.zeros_like(a)], axis=1))
+                setattr(self, name, np.concatenate([a, np.zeros_like(a)], axis=0))
             self.pr[L.PR_BINS] = self.s_bytes.shape[0]
             return
         # Double the interval: column j of the new series is columns 2j and 2j+1 of the old.
@@ -345,7 +351,8 @@ def simulate_packets(
         interval_ps = config.sample_interval_ns * 1000
     else:  # start fine; the interval doubles whenever the run outlasts MAX_BINS intervals
         guess_ps = max(1, config.expected_end_ns) * 1000
-        interval_ps = max(1000, 1 << max(0, int(np.ceil(np.log2(guess_ps / (MAX_BINS / 2))))))
+        # A power of two of whole nanoseconds, so the interval reported in ns is the one used.
+        interval_ps = 1000 << max(0, int(np.ceil(np.log2(max(1.0, guess_ps / 1000 / (MAX_BINS / 2))))))
     arrays = _Arrays(snapshot, workload, routes, flow_route, config, interval_ps)
     total_bytes = max(1, int(workload.flow_size_bytes.sum()))
     while True:
@@ -369,6 +376,11 @@ def simulate_packets(
             raise FailedPrecondition(
                 f"a packet exceeded {arrays.max_hops} hops in {snapshot.fabric}: the routes loop"
             )
+        elif code == L.RC_NO_ROUTE:
+            raise FailedPrecondition(
+                f"a switch of {snapshot.fabric} has no usable next hop toward a packet's destination "
+                f"(routing version {snapshot.routing_version})"
+            )
         else:  # pragma: no cover - a code the loop does not return
             raise RuntimeError(f"packet engine returned {code}")
     return _result(arrays, code == L.RC_STOPPED)
@@ -377,7 +389,7 @@ def simulate_packets(
 def _result(a: _Arrays, stopped: bool) -> PacketRun:
     sc = a.sc
     interval_ps = int(a.pr[L.PR_INTERVAL])
-    end_ps = int(sc[L.SC_NOW]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
+    end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
     used_bins = max(1, -(-end_ps // interval_ps))
     finish = np.where(a.f_finish >= 0, -(-a.f_finish // 1000), -1)
     return PacketRun(
@@ -401,6 +413,7 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         packets_dropped=int(sc[L.SC_DROPPED]),
         delivered_payload_bytes=int(sc[L.SC_DELIVERED_BYTES]),
         peak_packets_in_flight=int(sc[L.SC_PEAK_LIVE]),
+        packets_in_flight=int(sc[L.SC_LIVE]),
         out_of_order_packets=int(sc[L.SC_OUT_OF_ORDER]),
         reorder_overflow_packets=int(sc[L.SC_ROB_OVERFLOW]),
         reorder_peak_bytes=int(sc[L.SC_ROB_PEAK_BYTES]),

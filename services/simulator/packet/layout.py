@@ -66,3 +66,4 @@ RC_GROW_BINS = 4
 RC_GROW_ROB = 5
 RC_STOPPED = 6  # the next event is after PR_STOP
 RC_LOOP = 7  # a packet exceeded PR_MAX_HOPS: the routes loop
+RC_NO_ROUTE = 8  # a switch has no usable next hop toward a packet's destination

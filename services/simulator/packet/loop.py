@@ -52,6 +52,7 @@ from services.simulator.packet.layout import (
     RC_GROW_PACKETS,
     RC_GROW_ROB,
     RC_LOOP,
+    RC_NO_ROUTE,
     RC_STOPPED,
     SC_DELIVERED,
     SC_DELIVERED_BYTES,
@@ -141,8 +142,10 @@ def run_events(
     f_rob_slot,
     f_rob_bytes,
     f_fl_ch,
+    f_fl_node,
     f_fl_last,
     rob_bits,
+    rob_lost,
     rob_next,
     rob_hist,
     # transfers
@@ -316,6 +319,7 @@ def run_events(
         f_rob_slot[f] = slot
         for w in range(rob_words):
             rob_bits[slot, w] = 0
+            rob_lost[slot, w] = 0
         for h in range(slot * max_hops, (slot + 1) * max_hops):
             f_fl_ch[h] = -1
         c = f_first_ch[f]
@@ -367,9 +371,12 @@ def run_events(
         if mode == MODE_FLOWLET:
             slot = f_rob_slot[f] * max_hops + p_hop[p]  # per active flow, recycled with its slot
             c = f_fl_ch[slot]
-            if c < 0 or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
+            # The entry is this switch's only if the flow reached the same switch at this hop last
+            # time (earlier hops may have moved it): otherwise it is a new flowlet here.
+            if c < 0 or f_fl_node[slot] != node or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
                 c = least_loaded(start, end, now)  # a new flowlet may take another path
                 f_fl_ch[slot] = c
+                f_fl_node[slot] = node
             f_fl_last[slot] = now
             return c
         if mode == MODE_SPRAY_RANDOM:
@@ -378,6 +385,70 @@ def run_events(
         i = g_next[key]
         g_next[key] = i + 1 if i + 1 < end - start else 0
         return g_ch[start + i]
+
+    # ---- the NIC reorder window ------------------------------------------------------------------
+    # Bit k of a flow's window is packet f_next_seq + 1 + k (f_next_seq itself is the first one not
+    # yet settled). A packet settles when it is delivered or dropped; `rob_lost` marks the dropped,
+    # which hold no bytes. Packets held = delivered ones waiting for an earlier one.
+    def payload_of(f, seq):
+        return min(mtu, f_size[f] - seq * mtu)
+
+    def shift_window(bits_array, slot, shift):
+        words = shift >> 6
+        bits = shift & 63
+        for w in range(rob_words):
+            src = w + words
+            lo = bits_array[slot, src] if src < rob_words else np.uint64(0)
+            hi = bits_array[slot, src + 1] if src + 1 < rob_words else np.uint64(0)
+            if bits == 0:
+                bits_array[slot, w] = lo
+            else:
+                bits_array[slot, w] = (lo >> np.uint64(bits)) | (hi << np.uint64(64 - bits))
+
+    def release_window(f, slot, base, shift):
+        shift_window(rob_bits, slot, shift)
+        shift_window(rob_lost, slot, shift)
+        f_next_seq[f] = base + shift
+
+    def settle(f, seq, delivered):
+        slot = f_rob_slot[f]
+        base = f_next_seq[f]
+        offset = seq - base - 1
+        if offset >= window:
+            # Too far ahead for the window: stop waiting for the oldest unsettled packets (counted).
+            need = offset - window + 1
+            sc[SC_ROB_OVERFLOW] += 1  # `base` itself
+            for k in range(need - 1):
+                bit = np.uint64(1) << np.uint64(k & 63)
+                if rob_bits[slot, k >> 6] & bit:
+                    if not rob_lost[slot, k >> 6] & bit:
+                        f_rob_bytes[f] -= payload_of(f, base + 1 + k)
+                else:
+                    sc[SC_ROB_OVERFLOW] += 1
+            release_window(f, slot, base, need)
+            base += need
+            offset = seq - base - 1
+        if offset < 0:  # the first unsettled packet: release everything that waited for it
+            expected = base + 1
+            while expected - base - 1 < window:
+                k = expected - base - 1
+                bit = np.uint64(1) << np.uint64(k & 63)
+                if not rob_bits[slot, k >> 6] & bit:
+                    break
+                if not rob_lost[slot, k >> 6] & bit:
+                    f_rob_bytes[f] -= payload_of(f, expected)
+                expected += 1
+            release_window(f, slot, base, expected - base)
+            return
+        bit = np.uint64(1) << np.uint64(offset & 63)
+        rob_bits[slot, offset >> 6] |= bit
+        if delivered:
+            sc[SC_OUT_OF_ORDER] += 1
+            f_rob_bytes[f] += payload_of(f, seq)
+            if f_rob_bytes[f] > sc[SC_ROB_PEAK_BYTES]:
+                sc[SC_ROB_PEAK_BYTES] = f_rob_bytes[f]
+        else:
+            rob_lost[slot, offset >> 6] |= bit
 
     def enqueue(c, p, now):
         if q_head[c] < 0 and ch_free_at[c] <= now:
@@ -389,6 +460,7 @@ def run_events(
             sc[SC_DROPPED] += 1
             f = p_flow[p]
             f_lost[f] += p_payload[p]
+            settle(f, p_seq[p], False)  # the receiver stops waiting for it (no resend yet)
             free_packet(p)
             if f_recv[f] + f_lost[f] >= f_size[f]:
                 flow_accounted(f, now)
@@ -405,52 +477,11 @@ def run_events(
 
     def deliver(p, now):
         f = p_flow[p]
-        seq = p_seq[p]
         sc[SC_DELIVERED] += 1
         sc[SC_DELIVERED_BYTES] += p_payload[p]
         sc[SC_LAST_DELIVERY] = now
         f_recv[f] += p_payload[p]
-        # Reorder window: bit k of the flow's slot is packet f_next_seq + k.
-        slot = f_rob_slot[f]
-        expected = f_next_seq[f]
-        if seq == expected:
-            expected += 1
-            # Drain packets that were waiting for this one.
-            while True:
-                offset = expected - f_next_seq[f] - 1
-                if offset >= window:
-                    break
-                w = offset >> 6
-                bit = np.uint64(1) << np.uint64(offset & 63)
-                if rob_bits[slot, w] & bit:
-                    rob_bits[slot, w] &= ~bit
-                    f_rob_bytes[f] -= min(mtu, f_size[f] - expected * mtu)
-                    expected += 1
-                else:
-                    break
-            shift = expected - f_next_seq[f]
-            f_next_seq[f] = expected
-            # Shift the window by `shift` packets (whole words, then bits).
-            words = shift >> 6
-            bits = shift & 63
-            for w in range(rob_words):
-                src = w + words
-                lo = rob_bits[slot, src] if src < rob_words else np.uint64(0)
-                hi = rob_bits[slot, src + 1] if src + 1 < rob_words else np.uint64(0)
-                if bits == 0:
-                    rob_bits[slot, w] = lo
-                else:
-                    rob_bits[slot, w] = (lo >> np.uint64(bits)) | (hi << np.uint64(64 - bits))
-        elif seq > expected:
-            sc[SC_OUT_OF_ORDER] += 1
-            offset = seq - expected - 1
-            if offset < window:
-                rob_bits[slot, offset >> 6] |= np.uint64(1) << np.uint64(offset & 63)
-                f_rob_bytes[f] += p_payload[p]
-                if f_rob_bytes[f] > sc[SC_ROB_PEAK_BYTES]:
-                    sc[SC_ROB_PEAK_BYTES] = f_rob_bytes[f]
-            else:
-                sc[SC_ROB_OVERFLOW] += 1
+        settle(f, p_seq[p], True)
         occupancy = (f_rob_bytes[f] + mtu - 1) // mtu  # packets held, sampled at each delivery
         rob_hist[min(occupancy, rob_hist.shape[0] - 1)] += 1
         free_packet(p)
@@ -467,10 +498,10 @@ def run_events(
             return RC_GROW_PACKETS
         if sc[SC_ROB_FREE_COUNT] < need_packets:
             return RC_GROW_ROB
-        if h_time[0] + pr[PR_MAX_TX] >= bins * interval:
-            return RC_GROW_BINS
         if stop > 0 and h_time[0] > stop:
             return RC_STOPPED
+        if h_time[0] + pr[PR_MAX_TX] >= bins * interval:
+            return RC_GROW_BINS
         now, kind, arg, size = heap_pop(h_time, h_kind, h_arg, sc[SC_HEAP])
         sc[SC_HEAP] = size
         sc[SC_NOW] = now
@@ -482,9 +513,11 @@ def run_events(
             if node == f_dst_node[f]:
                 deliver(p, now)
             else:
+                if p_hop[p] >= max_hops:
+                    return RC_LOOP
                 c = choose(node, p, f, now)
-                if c < 0 or p_hop[p] >= max_hops or ch_from_host[c]:
-                    return RC_LOOP  # no route, a loop, or a host asked to forward
+                if c < 0 or ch_from_host[c]:
+                    return RC_NO_ROUTE  # no usable next hop, or a host asked to forward
                 p_hop[p] += 1
                 enqueue(c, p, now)
         elif kind == EV_TX_DONE:

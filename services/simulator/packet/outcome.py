@@ -207,6 +207,7 @@ def run_packet_simulation(
             dropped=run.packets_dropped,
             retransmitted=0,
             peak_in_flight=run.peak_packets_in_flight,
+            in_flight=run.packets_in_flight,
             out_of_order=run.out_of_order_packets,
             reorder_peak_bytes=run.reorder_peak_bytes,
             reorder_overflow=run.reorder_overflow_packets,
