@@ -221,7 +221,22 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
         drops=outcome.packets.dropped if outcome.packets else 0,
         retransmitted_packets=outcome.packets.retransmitted if outcome.packets else 0,
         reorder_buffer_peak_bytes=outcome.packets.reorder_peak_bytes if outcome.packets else 0,
+        **_packet_fields(outcome),
     )
+
+
+def _packet_fields(outcome: SimulationOutcome) -> dict[str, Any]:
+    stats = outcome.packets
+    if stats is None:
+        return {}
+    return {
+        "packets_injected": stats.injected,
+        "packets_delivered": stats.delivered,
+        "packets_in_flight": stats.in_flight,
+        "out_of_order_packets": stats.out_of_order,
+        "reorder_buffer_histogram": stats.reorder_histogram,
+        "peak_packets_in_flight": stats.peak_in_flight,
+    }
 
 
 _STATES = {

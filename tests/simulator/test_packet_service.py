@@ -57,6 +57,9 @@ async def test_a_packet_simulation_reports_queues_drops_and_packets_and_feeds_te
             assert done.state == common_pb2.JOB_STATE_SUCCEEDED, done.error.message
             result = done.result
             assert result.events > 0
+            assert result.packets_injected == result.packets_delivered + result.drops > 0
+            assert sum(result.reorder_buffer_histogram) == result.packets_delivered
+            assert 0 < result.peak_packets_in_flight < result.packets_delivered
             assert any("PACKET fidelity" in note for note in result.model_notes)
             assert result.jobs[0].completion_ns == pytest.approx(result.jobs[0].ideal_completion_ns, rel=0.03)
             series = list(client.simulations.link_series(done.name))

@@ -857,6 +857,12 @@ class SimulationResult(_message.Message):
     DROPS_FIELD_NUMBER: _builtins.int
     RETRANSMITTED_PACKETS_FIELD_NUMBER: _builtins.int
     REORDER_BUFFER_PEAK_BYTES_FIELD_NUMBER: _builtins.int
+    PACKETS_INJECTED_FIELD_NUMBER: _builtins.int
+    PACKETS_DELIVERED_FIELD_NUMBER: _builtins.int
+    PACKETS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    OUT_OF_ORDER_PACKETS_FIELD_NUMBER: _builtins.int
+    REORDER_BUFFER_HISTOGRAM_FIELD_NUMBER: _builtins.int
+    PEAK_PACKETS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     makespan_ns: _builtins.int
     """Completion of all jobs."""
     events: _builtins.int
@@ -871,6 +877,16 @@ class SimulationResult(_message.Message):
     """Packets retransmitted."""
     reorder_buffer_peak_bytes: _builtins.int
     """Peak NIC reorder-buffer occupancy (SPRAY)."""
+    packets_injected: _builtins.int
+    """PACKET fidelity: packets put on a wire by the NICs."""
+    packets_delivered: _builtins.int
+    """PACKET fidelity: packets that reached their destination NIC."""
+    packets_in_flight: _builtins.int
+    """PACKET fidelity: packets still on the wire when a time-limited run stopped."""
+    out_of_order_packets: _builtins.int
+    """PACKET fidelity: packets that arrived ahead of an earlier one of their flow."""
+    peak_packets_in_flight: _builtins.int
+    """PACKET fidelity: most packets in flight at once (what the engine's memory follows)."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobResult]:
         """Per job."""
@@ -891,6 +907,12 @@ class SimulationResult(_message.Message):
     def model_notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """How the modes were modelled ("ADAPTIVE at FLOW fidelity: even split over equal-cost paths")."""
 
+    @_builtins.property
+    def reorder_buffer_histogram(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """PACKET fidelity: reorder-buffer occupancy distribution: entry k counts deliveries that found k
+        packets of their flow held in the NIC reorder buffer (the last entry: k or more).
+        """
+
     def __init__(
         self,
         *,
@@ -906,10 +928,16 @@ class SimulationResult(_message.Message):
         drops: _builtins.int = ...,
         retransmitted_packets: _builtins.int = ...,
         reorder_buffer_peak_bytes: _builtins.int = ...,
+        packets_injected: _builtins.int = ...,
+        packets_delivered: _builtins.int = ...,
+        packets_in_flight: _builtins.int = ...,
+        out_of_order_packets: _builtins.int = ...,
+        reorder_buffer_histogram: _abc.Iterable[_builtins.int] | None = ...,
+        peak_packets_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["uplink_skew", b"uplink_skew"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "out_of_order_packets", b"out_of_order_packets", "packets_delivered", b"packets_delivered", "packets_in_flight", b"packets_in_flight", "packets_injected", b"packets_injected", "peak_packets_in_flight", b"peak_packets_in_flight", "reorder_buffer_histogram", b"reorder_buffer_histogram", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
