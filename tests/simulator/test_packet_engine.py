@@ -289,3 +289,13 @@ def test_a_time_limited_run_accounts_for_the_packets_still_in_flight():
 def test_options_that_would_change_nothing_or_something_else_are_refused(lb, field):
     with pytest.raises(InvalidArgument, match=field):
         run_simulation({**packet_spec([ring(16, 1 << 20)]), "load_balancing": lb}, FAT_TREE)
+
+
+def test_flows_smaller_than_a_packet_never_finish_before_their_ideal():
+    hosts = [FAT_TREE.node_names[h] for h in FAT_TREE.host_nodes]
+    flows = [{"source": hosts[i], "destination": hosts[15 - i], "size_bytes": 5} for i in range(8)]
+    outcome = run_simulation(
+        packet_spec([{"collective": "POINT_TO_POINT", "flows": flows}], "ECMP"), FAT_TREE
+    )
+    job = outcome.jobs[0]
+    assert job.ideal_completion_ns <= job.completion_ns <= 1.05 * job.ideal_completion_ns

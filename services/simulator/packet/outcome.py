@@ -107,9 +107,11 @@ def run_packet_simulation(
     # the first (the first hop's serialisation is the bytes / rate term of the closed form).
     from_host = snapshot.node_kind[snapshot.channel_source()] != _NODE_KIND_SWITCH
     slowest_host_link = float(snapshot.channel_rate_bps()[from_host].min())
-    packet_ns = (spec.mtu_bytes + header) * 8e9 / slowest_host_link
-    route_latency = routes.latency_ns + np.ceil((_hops(routes) - 1).clip(min=0) * packet_ns).astype(np.int64)
-    flow_latency = route_latency[flow_route]
+    # A flow smaller than one MTU travels in one smaller packet: its store-and-forward is shorter.
+    packet_bytes = np.minimum(spec.mtu_bytes, workload.flow_size_bytes) + header
+    packet_ns = packet_bytes * 8e9 / slowest_host_link
+    hops_after_first = (_hops(routes) - 1).clip(min=0)[flow_route]
+    flow_latency = routes.latency_ns[flow_route] + np.ceil(hops_after_first * packet_ns).astype(np.int64)
     names = HostDirectory(snapshot).names
     ideals = [
         ideal_completion_ns(plan, workload, j, flow_latency, snapshot, payload_fraction)
