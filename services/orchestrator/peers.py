@@ -6,7 +6,9 @@ here translate gRPC status codes back into domain errors.
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import socket
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -20,6 +22,7 @@ from fabrictwin.v1 import (
     topology_pb2_grpc,
 )
 
+from services.common.errors import Unavailable
 from services.common.peers import auth_metadata, domain_error, peer_channel
 
 __all__ = [
@@ -66,35 +69,77 @@ class GrpcTopology:
 
 
 class GrpcSimulators:
-    """Simulator replicas: jobs go round-robin over the configured addresses.
+    """Simulator replicas, one channel each: jobs go round-robin, and each is followed on its replica.
 
-    On Kubernetes one address, a headless Service's DNS name (`dns:///simulator:50052`), resolves to
-    every replica and the channel's round_robin policy spreads calls over them; on a laptop a
-    comma-separated list of addresses does the same across channels.
+    A simulation lives in the memory of the replica that started it, so every later call about it
+    must reach that replica. A target is a `host:port`, an `ipv4:a,b` list, or a `dns:///name:port`
+    (a Kubernetes headless Service); names are resolved here, again at most every
+    `RESOLVE_SECONDS` when jobs start (replicas come and go), and every address gets its own
+    channel, so the replica that started a simulation is the one asked about it.
     """
 
-    def __init__(self, addresses: Sequence[str], auth_token: str = "") -> None:
-        if not addresses:
+    RESOLVE_SECONDS = 10.0
+
+    def __init__(self, targets: Sequence[str], auth_token: str = "") -> None:
+        if not targets:
             raise ValueError("at least one simulator address is needed")
         self.metadata = auth_metadata(auth_token)
-        self.channels = [peer_channel(a) for a in addresses]
-        self.stubs = [simulation_pb2_grpc.SimulationServiceStub(c) for c in self.channels]
-        self._next = itertools.cycle(range(len(self.stubs)))
-        self._owner: dict[str, int] = {}
+        self._targets = list(targets)
+        self._stubs: dict[str, simulation_pb2_grpc.SimulationServiceStub] = {}
+        self.channels: list[grpc.aio.Channel] = []
+        self._order: list[str] = []
+        self._turn = 0
+        self._resolved_at = -float("inf")
+        self._owner: dict[str, str] = {}
+        self._use(self._expand_all())
+
+    @staticmethod
+    def _expand(target: str) -> list[str]:
+        if target.startswith(("ipv4:", "ipv6:")):
+            return [a for a in target.split(":", 1)[1].split(",") if a]
+        if target.startswith("dns:"):
+            host, _, port = target.rsplit("/", 1)[-1].rpartition(":")
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+            found = {info[4][0] for info in infos}
+            return sorted(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in found)
+        return [target]
+
+    def _expand_all(self) -> list[str]:
+        addresses: list[str] = []
+        for target in self._targets:
+            try:
+                addresses.extend(self._expand(target))
+            except OSError:  # a name that does not resolve now: keep what it resolved to before
+                addresses.extend(a for a in self._order if a not in addresses)
+        return list(dict.fromkeys(addresses))
+
+    def _use(self, addresses: list[str]) -> None:
+        for address in addresses:
+            if address not in self._stubs:
+                channel = peer_channel(address)
+                self.channels.append(channel)
+                self._stubs[address] = simulation_pb2_grpc.SimulationServiceStub(channel)
+        self._order = addresses or self._order
+        self._resolved_at = time.monotonic()
 
     async def start(self, spec: simulation_pb2.SimulationSpec) -> simulation_pb2.Simulation:
-        index = next(self._next)
+        if time.monotonic() - self._resolved_at > self.RESOLVE_SECONDS:
+            self._use(await asyncio.to_thread(self._expand_all))
+        if not self._order:
+            raise Unavailable("no simulator replica resolved from " + ", ".join(self._targets))
+        address = self._order[self._turn % len(self._order)]
+        self._turn += 1
         try:
-            simulation = await self.stubs[index].StartSimulation(
+            simulation = await self._stubs[address].StartSimulation(
                 simulation_pb2.StartSimulationRequest(spec=spec), timeout=60, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "simulator", "scenario") from exc
-        self._owner[simulation.name] = index
+        self._owner[simulation.name] = address
         return simulation
 
     async def get(self, name: str) -> simulation_pb2.Simulation:
-        stub = self.stubs[self._owner.get(name, 0)]
+        stub = self._stubs[self._owner.get(name, self._order[0])]
         try:
             return await stub.GetSimulation(
                 simulation_pb2.GetSimulationRequest(name=name), timeout=30, metadata=self.metadata

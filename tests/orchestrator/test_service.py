@@ -196,3 +196,14 @@ async def test_diagnosing_a_missing_source_is_not_found(scenarios):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await scenarios.Diagnose(scenario_pb2.DiagnoseRequest(source="sources/nope"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_simulator_targets_expand_to_one_address_per_replica():
+    from services.orchestrator.peers import GrpcSimulators
+
+    assert GrpcSimulators._expand("ipv4:10.0.0.1:50052,10.0.0.2:50052") == [
+        "10.0.0.1:50052",
+        "10.0.0.2:50052",
+    ]
+    assert "127.0.0.1:50052" in GrpcSimulators._expand("dns:///localhost:50052")
+    assert GrpcSimulators._expand("simulator:50052") == ["simulator:50052"]

@@ -1,0 +1,107 @@
+"""The chart against the code it deploys: every variable it sets is one the service reads, the services'
+own config loader accepts the environment a pod gets, and each probe names a service the real server
+reports SERVING."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.config import ServiceConfig, load_config
+from services.telemetry.__main__ import extra_flags as telemetry_flags
+from tests.deploy.conftest import COMPONENTS, NAMESPACE, RELEASE
+from tests.in_process import in_process_stack
+
+EXTRA_FLAGS = {"telemetry": telemetry_flags}  # the only service with flags of its own
+FROM_SECRETS = {
+    "FABRICTWIN_DATABASE_URL": "postgresql://fabrictwin:pw@db.example:5432/fabrictwin",
+    "FABRICTWIN_AUTH_TOKEN": "s3cret",
+}
+
+
+def variables_read_by(component: str) -> set[str]:
+    """FABRICTWIN_* names load_config reads for this service: ServiceConfig's fields and its own flags."""
+    names = {f.name for f in dataclasses.fields(ServiceConfig)} - {"service", "extra"}
+    if component in EXTRA_FLAGS:
+        parser = argparse.ArgumentParser()
+        EXTRA_FLAGS[component](parser)
+        names |= {action.dest for action in parser._actions if action.dest != "help"}
+    return {"FABRICTWIN_" + name.upper() for name in names}
+
+
+def pod_environment(rendered, component: str) -> dict[str, str]:
+    """The variables as the kubelet would set them, Secrets resolved to stand-ins."""
+    env = {}
+    for name, value in rendered.env(component).items():
+        if isinstance(value, dict):
+            assert "secretKeyRef" in value, f"{component}: {name} comes from neither a value nor a Secret"
+            value = FROM_SECRETS[name]
+        env[name] = value
+    return env
+
+
+@pytest.fixture(scope="module")
+def everything_on(render):
+    return render(
+        {
+            "auth": {"existingSecret": "fabrictwin-token"},
+            "tls": {"enabled": True, "existingSecret": "fabrictwin-tls", "clientCA": True},
+            "telemetry": {"env": {"FABRICTWIN_MAX_POINTS": 50_000}},
+        }
+    )
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_every_fabrictwin_variable_the_chart_sets_is_one_the_service_reads(everything_on, component):
+    set_by_chart = {name for name in everything_on.env(component) if name.startswith("FABRICTWIN_")}
+    assert set_by_chart - variables_read_by(component) == set()
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_the_service_accepts_the_environment_its_pod_gets(render, component):
+    rendered = render({"auth": {"existingSecret": "fabrictwin-token"}})
+    config = load_config(
+        component, [], env=pod_environment(rendered, component), extra_flags=EXTRA_FLAGS.get(component)
+    )
+    ports = {p["name"]: p["containerPort"] for p in rendered.container(component)["ports"]}
+    assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", ports["grpc"], ports["metrics"])
+    assert config.auth_token == "s3cret"
+    assert config.drain_seconds > 0
+    assert config.log_format == "json"
+    if component != "simulator":
+        assert config.database_url.startswith("postgresql://")  # never the SQLite default
+    if component == "orchestrator":
+        headless = f"{RELEASE}-fabrictwin-simulator-headless.{NAMESPACE}.svc.cluster.local"
+        assert config.simulator_addresses == f"dns:///{headless}:50052"
+
+
+def test_tls_settings_reach_the_orchestrators_config(everything_on):
+    env = pod_environment(everything_on, "orchestrator")
+    config = load_config("orchestrator", [], env=env)
+    assert (config.tls_cert, config.tls_key, config.tls_client_ca) == (
+        "/etc/fabrictwin/tls/tls.crt",
+        "/etc/fabrictwin/tls/tls.key",
+        "/etc/fabrictwin/tls/ca.crt",
+    )
+
+
+def test_a_services_own_settings_from_values_reach_its_config(everything_on):
+    env = pod_environment(everything_on, "telemetry")
+    config = load_config("telemetry", [], env=env, extra_flags=telemetry_flags)
+    assert config.extra["max_points"] == 50_000
+
+
+async def test_each_probe_names_a_service_the_real_server_reports_serving(render, tmp_path):
+    rendered = render()
+    async with in_process_stack(tmp_path) as stack:
+        for component in COMPONENTS:
+            probe = rendered.container(component)["readinessProbe"]["grpc"]
+            async with grpc.aio.insecure_channel(stack.addresses[component]) as channel:
+                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=probe["service"]), timeout=5
+                )
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, component
