@@ -88,6 +88,10 @@ def test_the_demo_shows_ecmp_pinning_and_even_spreading(client, tmp_path):
     assert [f.kind for f in outcome["diagnosis"].findings][:1] == [scenario_pb2.FINDING_KIND_ECMP_PINNING]
     assert pathlib.Path(outcome["plot"]).read_text().startswith("<svg")
     assert any("faster than ECMP" in line for line in lines)
+    packet = {row.label: row for row in outcome["packet_comparison"].rows}
+    assert set(packet) == {"ECMP", "ADAPTIVE", "SPRAY", "FLOWLET"}
+    assert packet["ADAPTIVE"].slowdown_vs_ideal == pytest.approx(1.0, abs=0.03)
+    assert packet["ECMP"].makespan_ns > packet["ADAPTIVE"].makespan_ns
 
 
 def test_the_cli_lists_fabrics_as_json(stack, client):
