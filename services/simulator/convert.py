@@ -12,6 +12,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2
 
 from services.common.errors import InvalidArgument, status_code_number
 from services.simulator import spec as domain
+from services.simulator.faults import FaultKind, FaultSpec
 from services.simulator.registry import SimulationRecord
 from services.simulator.results import SimulationOutcome
 from services.simulator.series import ChannelSeries
@@ -72,16 +73,28 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
 
     Transport settings the engines do not model yet are refused, not ignored.
     """
-    for field, empty in (
-        ("roce", simulation_pb2.RoceConfig()),
-        ("infiniband", simulation_pb2.InfinibandConfig()),
-    ):
-        if message.HasField(field) and getattr(message, field) != empty:
-            raise InvalidArgument(
-                f"spec.{field}",
-                "PFC, ECN/DCQCN, Go-Back-N and InfiniBand credits arrive with the transports issue (#5); "
-                "leave it unset",
-            )
+    roce = message.roce
+    unsupported = [
+        name
+        for name in (
+            "pfc",
+            "pfc_xoff_bytes",
+            "pfc_xon_bytes",
+            "pfc_headroom_bytes",
+            "dcqcn",
+            "ecn_kmin_bytes",
+            "ecn_kmax_bytes",
+            "ecn_pmax",
+        )
+        if getattr(roce, name)
+    ]
+    if unsupported:
+        raise InvalidArgument(
+            f"spec.roce.{unsupported[0]}",
+            "PFC and ECN/DCQCN arrive with the rest of issue #5; leave it unset",
+        )
+    if message.HasField("infiniband") and message.infiniband != simulation_pb2.InfinibandConfig():
+        raise InvalidArgument("spec.infiniband", "InfiniBand credits arrive with issue #5; leave it unset")
     load_balancing = None
     if message.HasField("load_balancing"):
         lb = message.load_balancing
@@ -137,7 +150,24 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
         seed=message.seed,
         telemetry_source=message.telemetry_source,
         time_limit_ns=message.time_limit_ns,
-        fault_count=len(message.faults),
+        faults=tuple(_fault_from_proto(i, f) for i, f in enumerate(message.faults)),
+        window_bytes=roce.window_bytes,
+        retransmit_timeout_ns=roce.retransmit_timeout_ns,
+    )
+
+
+def _fault_from_proto(index: int, fault: simulation_pb2.Fault) -> FaultSpec:
+    kind = _enum(FaultKind, simulation_pb2.FaultKind, fault.kind, "FAULT_KIND_", f"spec.faults[{index}].kind")
+    return FaultSpec(
+        link=fault.link,
+        kind=kind,
+        start_ns=fault.start_ns,
+        end_ns=fault.end_ns,
+        bit_error_rate=fault.bit_error_rate,
+        good_loss=fault.good_loss,
+        bad_loss=fault.bad_loss,
+        p_good_to_bad=fault.p_good_to_bad,
+        p_bad_to_good=fault.p_bad_to_good,
     )
 
 
@@ -202,6 +232,7 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
                 peak_queue_bytes=int(channels.peak_queue_bytes[i])
                 if channels.peak_queue_bytes is not None
                 else 0,
+                rcv_errors=int(channels.rcv_errors[i]) if channels.rcv_errors is not None else 0,
             )
             for i, c in enumerate(channels.channels)
         ],
@@ -236,6 +267,10 @@ def _packet_fields(outcome: SimulationOutcome) -> dict[str, Any]:
         "out_of_order_packets": stats.out_of_order,
         "reorder_buffer_histogram": stats.reorder_histogram,
         "peak_packets_in_flight": stats.peak_in_flight,
+        "naks": stats.naks,
+        "retransmit_timeouts": stats.timeouts,
+        "corrupted_packets": stats.corrupted,
+        "discarded_packets": stats.discarded,
     }
 
 

@@ -86,6 +86,7 @@ class ChannelTotals:
     flows: np.ndarray  # int32 [C], flows crossing it
     drops: np.ndarray | None = None  # int64 [C], packets (PACKET fidelity)
     peak_queue_bytes: np.ndarray | None = None  # int64 [C] (PACKET fidelity)
+    rcv_errors: np.ndarray | None = None  # int64 [C], packets lost to bit errors (PACKET fidelity)
 
 
 @dataclasses.dataclass
@@ -134,11 +135,15 @@ class PacketStats:
     dropped: int
     retransmitted: int
     peak_in_flight: int
-    in_flight: int  # at the end: injected == delivered + dropped + in_flight
+    in_flight: int  # at the end: injected == delivered + dropped + corrupted + in_flight
     out_of_order: int
     reorder_peak_bytes: int
     reorder_overflow: int
     reorder_histogram: list[int]  # deliveries that saw k packets held in the reorder buffer
+    naks: int = 0
+    timeouts: int = 0
+    corrupted: int = 0  # lost to bit errors
+    discarded: int = 0  # delivered to a Go-Back-N receiver that did not want them
 
 
 def bus_factor(collective: Collective, ranks: int) -> float:

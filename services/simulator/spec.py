@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.errors import InvalidArgument
+from services.simulator.faults import FaultKind, FaultSpec, validate_faults
 
 __all__ = [
     "Algorithm",
@@ -136,7 +137,11 @@ class SimulationSpec:
     seed: int = 0
     telemetry_source: str = ""
     time_limit_ns: int = 0
-    fault_count: int = 0
+    faults: tuple[FaultSpec, ...] = ()
+    window_bytes: int = 0  # Go-Back-N window (PACKET, RoCEv2); 0: no reliable transport
+    retransmit_timeout_ns: int = 0  # 0: DEFAULT_RETRANSMIT_TIMEOUT_NS
+    ack_every: int = 1  # a Go-Back-N receiver acknowledges every this many in-order packets
+    drop_once: tuple[int, int] | None = None  # tests only: lose packet PSN of flow F once, (F, PSN)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SimulationSpec:
@@ -151,6 +156,12 @@ class SimulationSpec:
                 lb["ecmp_hash"] = EcmpHashFunction(lb["ecmp_hash"])
             values["load_balancing"] = LoadBalancingSpec(**lb)
         values["jobs"] = tuple(_job_from_dict(j) for j in values.get("jobs", ()))
+        values["faults"] = tuple(
+            f
+            if isinstance(f, FaultSpec)
+            else FaultSpec(**{**f, "kind": FaultKind(f["kind"]) if f.get("kind") else None})
+            for f in values.get("faults", ())
+        )
         for key, kind in (("fidelity", Fidelity), ("transport", Transport)):
             if key in values:
                 values[key] = kind(values[key])
@@ -274,8 +285,15 @@ def validate_spec(spec: SimulationSpec) -> None:
         )
     if not spec.jobs:
         raise InvalidArgument("jobs", "at least one job is required")
-    if spec.fault_count:
-        raise InvalidArgument("faults", "fault injection arrives with the transports-and-faults issue (#5)")
+    if spec.faults and spec.fidelity != Fidelity.PACKET:
+        raise InvalidArgument("faults", "faults need PACKET fidelity")
+    validate_faults(spec.faults)
+    if spec.window_bytes < 0 or spec.retransmit_timeout_ns < 0 or spec.ack_every < 0:
+        raise InvalidArgument(
+            "roce", "window_bytes, retransmit_timeout_ns and ack_every must not be negative"
+        )
+    if spec.window_bytes and spec.fidelity != Fidelity.PACKET:
+        raise InvalidArgument("roce.window_bytes", "Go-Back-N needs PACKET fidelity")
     if spec.fidelity == Fidelity.PACKET and spec.transport == Transport.INFINIBAND:
         raise InvalidArgument(
             "transport",

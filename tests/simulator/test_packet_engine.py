@@ -182,7 +182,13 @@ def test_what_the_engine_does_not_model_yet_is_refused_not_ignored():
     with pytest.raises(InvalidArgument, match="transport"):
         run_simulation({**packet_spec([ring(16, 1 << 20)]), "transport": "INFINIBAND"}, FAT_TREE)
     with pytest.raises(InvalidArgument, match="faults"):
-        run_simulation({**packet_spec([ring(16, 1 << 20)]), "fault_count": 1}, FAT_TREE)
+        run_simulation(
+            {
+                **packet_spec([ring(16, 1 << 20)]),
+                "faults": [{"link": "0", "kind": "LINK_DOWN", "start_ns": 10}],
+            },
+            FAT_TREE,
+        )
 
 
 def test_transport_settings_in_a_request_are_refused_naming_the_field():

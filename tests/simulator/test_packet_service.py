@@ -135,3 +135,34 @@ async def test_the_cli_runs_a_shift_permutation_packet_by_packet(stack, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert '"makespan_ns"' in captured.out
+
+
+async def test_go_back_n_under_bit_errors_through_the_api_and_unsupported_settings_refused(stack):
+    lossy_link = S.Fault(link="0", kind=S.FAULT_KIND_BIT_ERRORS, bit_error_rate=1e-6)
+    spec = S.SimulationSpec(
+        fabric="fabrics/ft4",
+        fidelity=S.FIDELITY_PACKET,
+        jobs=[ring()],
+        load_balancing=common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ADAPTIVE),
+        roce=S.RoceConfig(window_bytes=64 * 4096, retransmit_timeout_ns=50_000),
+        faults=[lossy_link],
+    )
+
+    def as_a_script_would() -> None:
+        from fabrictwin.errors import InvalidArgumentError
+
+        with client_for(stack) as client:
+            done = client.simulations.wait(client.simulations.start(spec).name, timeout=120)
+            assert done.state == common_pb2.JOB_STATE_SUCCEEDED, done.error.message
+            result = done.result
+            assert result.corrupted_packets > 0
+            assert result.retransmitted_packets >= result.corrupted_packets
+            assert sum(link.rcv_errors for link in result.links) == result.corrupted_packets
+            assert any("Go-Back-N" in note for note in result.model_notes)
+            with_pfc = S.SimulationSpec()
+            with_pfc.CopyFrom(spec)
+            with_pfc.roce.pfc = True
+            with pytest.raises(InvalidArgumentError, match=r"spec\.roce\.pfc"):
+                client.simulations.start(with_pfc)
+
+    await asyncio.to_thread(as_a_script_would)

@@ -34,7 +34,7 @@ def ring(n=8, size=1 << 22, **job):
         (dict(load_balancing=dict(mode="FLOWLET")), "load_balancing.mode"),
         (dict(fidelity="PACKET", mtu_bytes=0), "mtu_bytes"),
         (dict(fidelity="PACKET", buffer_bytes=100), "buffer_bytes"),
-        (dict(fault_count=1), "faults"),
+        (dict(faults=[dict(link="0", kind="BIT_ERRORS", bit_error_rate=1e-9)]), "faults"),
         (dict(jobs=[ring(n=1)]), "jobs[0].rank_count"),
         (dict(jobs=[ring(), ring(label="job-0")]), "jobs"),
     ],

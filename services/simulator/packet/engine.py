@@ -24,7 +24,7 @@ from services.simulator.paths import FlowRoutes, _Walker
 from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
-__all__ = ["MAX_BINS", "PacketEngineConfig", "PacketRun", "simulate_packets"]
+__all__ = ["MAX_BINS", "LinkLoss", "PacketEngineConfig", "PacketRun", "simulate_packets"]
 
 MAX_BINS = 512
 _NODE_KIND_SWITCH = 2
@@ -55,6 +55,30 @@ class PacketEngineConfig:
     sample_interval_ns: int = 0  # 0: chosen by the engine (at most MAX_BINS intervals)
     time_limit_ns: int = 0
     expected_end_ns: int = 0  # a guess of the run's length, to size the series
+    window_packets: int = 0  # Go-Back-N window; 0: no reliable transport (drops are final)
+    retransmit_timeout_ns: int = 0
+    ack_every: int = 1
+    link_losses: tuple[LinkLoss, ...] = ()
+    drop_once: tuple[int, int] | None = None  # test hook: (flow, psn) lost once
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkLoss:
+    """Bit errors on both directions of one link from start_ns to end_ns.
+
+    kind 1: independent bit errors at `ber`; kind 2: Gilbert-Elliott, per packet move good->bad
+    with `p_good_to_bad` and bad->good with `p_bad_to_good`, then lose with `good_loss`/`bad_loss`.
+    """
+
+    link: int
+    kind: int
+    start_ns: int = 0
+    end_ns: int = 0  # 0: until the end
+    ber: float = 0.0
+    good_loss: float = 0.0
+    bad_loss: float = 0.0
+    p_good_to_bad: float = 0.0
+    p_bad_to_good: float = 0.0
 
 
 @dataclasses.dataclass
@@ -82,6 +106,12 @@ class PacketRun:
     delivered_payload_bytes: int
     peak_packets_in_flight: int
     packets_in_flight: int  # at the end (a time-limited run stops with packets on the wire)
+    retransmitted: int
+    naks: int
+    timeouts: int
+    corrupted: int
+    discarded: int
+    channel_rcv_errors: np.ndarray  # int64 [C]
     out_of_order_packets: int
     reorder_overflow_packets: int
     reorder_peak_bytes: int
@@ -144,6 +174,8 @@ class _Arrays:
         self.ch_drops = np.zeros(n_ch, dtype=np.int64)
         self.ch_peak_q = np.zeros(n_ch, dtype=np.int64)
         self.ch_rr = np.full(n_ch, -1, dtype=np.int32)
+        self.ch_ring_len = np.zeros(n_ch, dtype=np.int32)
+        self._link_losses(n_ch, config.link_losses)
         bins = MAX_BINS
         if config.sample_interval_ns and config.expected_end_ns:
             bins = max(16, int(2 * config.expected_end_ns * 1000 // interval_ps) + 2)
@@ -178,6 +210,20 @@ class _Arrays:
         self.act_prev = np.full(flows, -1, dtype=np.int32)
         self.f_rob_slot = np.full(flows, -1, dtype=np.int32)
         self.f_rob_bytes = np.zeros(flows, dtype=np.int64)
+        # Go-Back-N state (sequence numbers count packets).
+        self.f_npkts = -(-self.f_size // config.mtu_bytes)
+        if (self.f_npkts >= 1 << 25).any():
+            raise InvalidArgument("jobs", "a flow of 2^25 packets or more; use a larger mtu_bytes")
+        self.f_snd_nxt = np.zeros(flows, dtype=np.int64)
+        self.f_snd_una = np.zeros(flows, dtype=np.int64)
+        self.f_high = np.zeros(flows, dtype=np.int64)
+        self.f_linked = np.zeros(flows, dtype=np.uint8)
+        self.f_left = np.zeros(flows, dtype=np.uint8)
+        self.f_nak = np.zeros(flows, dtype=np.uint8)
+        self.f_since_ack = np.zeros(flows, dtype=np.int32)
+        self.f_rto_at = np.full(flows, -1, dtype=np.int64)
+        # ACKs return over the flow's path latency (propagation and switches, both ways alike).
+        self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
         self.max_hops = 2 * max(4, int(snapshot.node_tier.max(initial=0)) + 2) + 2
         self._alloc_slots(256)
         self.rob_hist = np.zeros(64, dtype=np.int64)
@@ -216,6 +262,11 @@ class _Arrays:
         )
         self.pr[L.PR_MAX_FLOWS_PER_TRANSFER] = int(per_transfer.max(initial=1))
         self.pr[L.PR_MAX_DEPENDENTS] = int(np.diff(self.dep_off).max(initial=1))
+        self.pr[L.PR_GBN] = 1 if config.window_packets > 0 else 0
+        self.pr[L.PR_WINDOW] = config.window_packets
+        self.pr[L.PR_RTO] = config.retransmit_timeout_ns * 1000
+        self.pr[L.PR_ACK_EVERY] = max(1, config.ack_every)
+        self.pr[L.PR_DROP_FLOW], self.pr[L.PR_DROP_PSN] = config.drop_once or (-1, -1)
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )
@@ -223,6 +274,28 @@ class _Arrays:
         ready = np.flatnonzero(self.t_pending == 0)
         for t in ready:
             self._push(int(self.t_release[t]), L.EV_RELEASE, int(t))
+
+    def _link_losses(self, channels: int, losses: tuple[LinkLoss, ...]) -> None:
+        self.ch_loss_kind = np.zeros(channels, dtype=np.int8)
+        self.ch_loss_a = np.zeros(channels)  # BER: log(1 - ber); GE: good-state loss
+        self.ch_loss_b = np.zeros(channels)  # GE: bad-state loss
+        self.ch_loss_c = np.zeros(channels)  # GE: P(good -> bad) per packet
+        self.ch_loss_d = np.zeros(channels)  # GE: P(bad -> good) per packet
+        self.ch_loss_start = np.zeros(channels, dtype=np.int64)
+        self.ch_loss_end = np.full(channels, np.iinfo(np.int64).max, dtype=np.int64)
+        self.ch_ge_bad = np.zeros(channels, dtype=np.uint8)
+        self.ch_rcv_errors = np.zeros(channels, dtype=np.int64)
+        for loss in losses:
+            for c in (2 * loss.link, 2 * loss.link + 1):
+                self.ch_loss_kind[c] = loss.kind
+                if loss.kind == 1:
+                    self.ch_loss_a[c] = np.log1p(-loss.ber)
+                else:
+                    self.ch_loss_a[c], self.ch_loss_b[c] = loss.good_loss, loss.bad_loss
+                    self.ch_loss_c[c], self.ch_loss_d[c] = loss.p_good_to_bad, loss.p_bad_to_good
+                self.ch_loss_start[c] = loss.start_ns * 1000
+                if loss.end_ns:
+                    self.ch_loss_end[c] = loss.end_ns * 1000
 
     # -- allocation and growth ---------------------------------------------------------------------
     def _alloc_series(self, channels: int, bins: int) -> None:
@@ -414,6 +487,12 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         delivered_payload_bytes=int(sc[L.SC_DELIVERED_BYTES]),
         peak_packets_in_flight=int(sc[L.SC_PEAK_LIVE]),
         packets_in_flight=int(sc[L.SC_LIVE]),
+        retransmitted=int(sc[L.SC_RESENT]),
+        naks=int(sc[L.SC_NAKS]),
+        timeouts=int(sc[L.SC_TIMEOUTS]),
+        corrupted=int(sc[L.SC_CORRUPTED]),
+        discarded=int(sc[L.SC_DISCARDED]),
+        channel_rcv_errors=a.ch_rcv_errors.copy(),
         out_of_order_packets=int(sc[L.SC_OUT_OF_ORDER]),
         reorder_overflow_packets=int(sc[L.SC_ROB_OVERFLOW]),
         reorder_peak_bytes=int(sc[L.SC_ROB_PEAK_BYTES]),

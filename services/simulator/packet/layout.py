@@ -27,6 +27,12 @@ SC_ROB_OVERFLOW = 14  # packets that arrived beyond a reorder window
 SC_OUT_OF_ORDER = 15  # packets that arrived ahead of a missing one
 SC_ROB_PEAK_BYTES = 16  # largest reorder-buffer occupancy of any flow
 SC_LAST_DELIVERY = 17  # time of the last delivery, ps
+SC_RESENT = 18  # packets sent again by Go-Back-N
+SC_NAKS = 19  # NAKs the senders acted on
+SC_TIMEOUTS = 20  # retransmission timeouts
+SC_CORRUPTED = 21  # packets lost to bit errors (PortRcvErrors at the receiving port)
+SC_DISCARDED = 22  # packets a Go-Back-N receiver threw away (out of order or duplicate)
+SC_INJECTED_DROP_DONE = 23
 SC_SIZE = 24
 
 # --- pr: parameters ---------------------------------------------------------------------------
@@ -43,7 +49,13 @@ PR_ROB_WORDS = 9  # 64-bit words per reorder window
 PR_MAX_TX = 10  # longest serialisation of one packet on any channel, ps
 PR_MAX_FLOWS_PER_TRANSFER = 11
 PR_MAX_DEPENDENTS = 12
-PR_SIZE = 16
+PR_GBN = 13  # 1: Go-Back-N reliable connections (window, ACK/NAK, retransmission timeout)
+PR_WINDOW = 14  # Go-Back-N window, packets
+PR_RTO = 15  # retransmission timeout, ps
+PR_ACK_EVERY = 16  # a receiver acknowledges every this many in-order packets (and the last)
+PR_DROP_FLOW = 17  # test hook: drop packet PR_DROP_PSN of this flow once (-1: off)
+PR_DROP_PSN = 18
+PR_SIZE = 20
 
 # --- modes --------------------------------------------------------------------------------------
 MODE_ECMP = 1
@@ -56,6 +68,8 @@ MODE_SPRAY_RANDOM = 5  # spraying by a seeded uniform choice (ns-3's RandomEcmpR
 EV_ARRIVE = 0  # arg: packet; it has fully arrived at the far end of its channel
 EV_TX_DONE = 1  # arg: channel; it has finished serialising its packet
 EV_RELEASE = 2  # arg: transfer; its prerequisites are met and its release time has come
+EV_ACK = 3  # arg: flow << 26 | nak << 25 | psn; an ACK (or NAK) reaches the sender
+EV_RTO = 4  # arg: flow; its retransmission timer may have expired
 
 # --- why the loop returned ------------------------------------------------------------------------
 RC_DONE = 0  # no event left

@@ -25,16 +25,22 @@ from numba import njit
 
 from services.simulator.packet.heap import heap_pop, heap_push
 from services.simulator.packet.layout import (
+    EV_ACK,
     EV_ARRIVE,
     EV_RELEASE,
+    EV_RTO,
     EV_TX_DONE,
     MODE_ADAPTIVE,
     MODE_ECMP,
     MODE_FLOWLET,
     MODE_SPRAY_RANDOM,
+    PR_ACK_EVERY,
     PR_BINS,
     PR_BUDGET,
+    PR_DROP_FLOW,
+    PR_DROP_PSN,
     PR_FLOWLET_GAP,
+    PR_GBN,
     PR_HEADER,
     PR_INTERVAL,
     PR_MAX_DEPENDENTS,
@@ -44,7 +50,9 @@ from services.simulator.packet.layout import (
     PR_MODE,
     PR_MTU,
     PR_ROB_WORDS,
+    PR_RTO,
     PR_STOP,
+    PR_WINDOW,
     RC_BUDGET,
     RC_DONE,
     RC_GROW_BINS,
@@ -54,8 +62,10 @@ from services.simulator.packet.layout import (
     RC_LOOP,
     RC_NO_ROUTE,
     RC_STOPPED,
+    SC_CORRUPTED,
     SC_DELIVERED,
     SC_DELIVERED_BYTES,
+    SC_DISCARDED,
     SC_DROPPED,
     SC_EVENTS,
     SC_FLOWS_DONE,
@@ -63,15 +73,19 @@ from services.simulator.packet.layout import (
     SC_FREE_COUNT,
     SC_HEAP,
     SC_INJECTED,
+    SC_INJECTED_DROP_DONE,
     SC_LAST_DELIVERY,
     SC_LIVE,
+    SC_NAKS,
     SC_NOW,
     SC_OUT_OF_ORDER,
     SC_PEAK_LIVE,
+    SC_RESENT,
     SC_ROB_FREE,
     SC_ROB_FREE_COUNT,
     SC_ROB_OVERFLOW,
     SC_ROB_PEAK_BYTES,
+    SC_TIMEOUTS,
 )
 
 __all__ = ["run_events"]
@@ -86,6 +100,17 @@ def _random_below(rng: np.ndarray, n: int) -> int:
     x ^= x >> np.uint64(27)
     rng[0] = x
     return int((x * np.uint64(2685821657736338717)) >> np.uint64(33)) % n
+
+
+@njit(cache=True)
+def _uniform(rng: np.ndarray) -> float:
+    """xorshift64* step; a uniform float in [0, 1)."""
+    x = rng[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    rng[0] = x
+    return float((x * np.uint64(2685821657736338717)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 @njit(cache=True)
@@ -140,6 +165,26 @@ def run_events(
     act_next,
     act_prev,
     f_rob_slot,
+    f_npkts,
+    f_snd_nxt,
+    f_snd_una,
+    f_high,
+    f_linked,
+    f_left,
+    f_nak,
+    f_since_ack,
+    f_rto_at,
+    f_ack_lat,
+    ch_ring_len,
+    ch_loss_kind,
+    ch_loss_a,
+    ch_loss_b,
+    ch_loss_c,
+    ch_loss_d,
+    ch_loss_start,
+    ch_loss_end,
+    ch_ge_bad,
+    ch_rcv_errors,
     f_rob_bytes,
     f_fl_ch,
     f_fl_node,
@@ -179,6 +224,11 @@ def run_events(
     need_packets = pr[PR_MAX_FLOWS_PER_TRANSFER] + 1
     budget_end = sc[SC_EVENTS] + pr[PR_BUDGET]
     stop = pr[PR_STOP]
+    gbn = pr[PR_GBN] == 1
+    window_pkts = pr[PR_WINDOW]
+    rto = pr[PR_RTO]
+    ack_every = pr[PR_ACK_EVERY]
+    drop_flow = pr[PR_DROP_FLOW]
 
     # ---- series and queue bookkeeping ---------------------------------------------------------
     def record_tx(c, t0, duration, wire):
@@ -273,38 +323,84 @@ def run_events(
             release_dependents(t, 1, now)
 
     # ---- NICs ------------------------------------------------------------------------------------------
+    def link(c, f):
+        # Add f to the NIC port's ring of flows with packets to send, last in this round.
+        head = ch_rr[c]
+        if head < 0:
+            act_next[f] = f
+            act_prev[f] = f
+            ch_rr[c] = f
+        else:
+            before = act_prev[head]
+            act_next[before] = f
+            act_prev[f] = before
+            act_next[f] = head
+            act_prev[head] = f
+        f_linked[f] = 1
+        ch_ring_len[c] += 1
+
+    def unlink(c, f):
+        following = act_next[f]
+        if following == f:
+            ch_rr[c] = -1
+        else:
+            before = act_prev[f]
+            act_next[before] = following
+            act_prev[following] = before
+            if ch_rr[c] == f:
+                ch_rr[c] = following
+        f_linked[f] = 0
+        ch_ring_len[c] -= 1
+
     def pull(c, now):
-        # The NIC behind channel c sends the next packet of its active flows, round-robin.
+        # The NIC behind channel c sends the next packet of its active flows, round-robin
+        # (skipping, under Go-Back-N, the flows whose window is full).
         f = ch_rr[c]
         if f < 0:
             return
+        if gbn:
+            tried = 0
+            while f_snd_nxt[f] - f_snd_una[f] >= window_pkts:
+                f = act_next[f]
+                tried += 1
+                if tried >= ch_ring_len[c]:
+                    return  # every flow waits for an ACK; the ACK restarts the port
+            seq = f_snd_nxt[f]
+        else:
+            seq = f_sent[f] // mtu
         p = sc[SC_FREE]
         sc[SC_FREE] = p_next[p]
         sc[SC_FREE_COUNT] -= 1
         sc[SC_LIVE] += 1
         if sc[SC_LIVE] > sc[SC_PEAK_LIVE]:
             sc[SC_PEAK_LIVE] = sc[SC_LIVE]
-        payload = min(mtu, f_size[f] - f_sent[f])
+        payload = min(mtu, f_size[f] - seq * mtu)
         p_flow[p] = f
-        p_seq[p] = f_sent[f] // mtu
+        p_seq[p] = seq
         p_payload[p] = payload
         p_wire[p] = payload + header
         p_hop[p] = 1  # hop 0 is this NIC's channel
-        f_sent[f] += payload
         sc[SC_INJECTED] += 1
-        following = act_next[f]
-        if f_sent[f] >= f_size[f]:
-            # Unlink f from the channel's ring of active flows.
-            if following == f:
-                ch_rr[c] = -1
+        if gbn:
+            f_snd_nxt[f] = seq + 1
+            if seq < f_high[f]:
+                sc[SC_RESENT] += 1
             else:
-                before = act_prev[f]
-                act_next[before] = following
-                act_prev[following] = before
-                ch_rr[c] = following
-            flow_left(f, now)
+                f_high[f] = seq + 1
+            done_sending = f_snd_nxt[f] >= f_npkts[f]
+            if f_rto_at[f] < 0:
+                f_rto_at[f] = now + rto
+                sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + rto, EV_RTO, f)
         else:
-            ch_rr[c] = following
+            f_sent[f] += payload
+            done_sending = f_sent[f] >= f_size[f]
+        if done_sending:
+            unlink(c, f)
+            if f_left[f] == 0:
+                f_left[f] = 1
+                flow_left(f, now)
+        else:
+            ch_rr[c] = act_next[f]
         start_tx(c, p, now)
 
     def activate(f, now):
@@ -323,17 +419,7 @@ def run_events(
         for h in range(slot * max_hops, (slot + 1) * max_hops):
             f_fl_ch[h] = -1
         c = f_first_ch[f]
-        head = ch_rr[c]
-        if head < 0:
-            act_next[f] = f
-            act_prev[f] = f
-            ch_rr[c] = f
-        else:  # insert just before the current head: last in this round
-            before = act_prev[head]
-            act_next[before] = f
-            act_prev[f] = before
-            act_next[f] = head
-            act_prev[head] = f
+        link(c, f)
         if ch_busy[c] == 0:
             pull(c, now)
 
@@ -369,6 +455,8 @@ def run_events(
         if mode == MODE_ADAPTIVE:
             return least_loaded(start, end, now)
         if mode == MODE_FLOWLET:
+            if f_rob_slot[f] < 0:  # a late copy of a finished flow's packet: no flowlet state left
+                return least_loaded(start, end, now)
             slot = f_rob_slot[f] * max_hops + p_hop[p]  # per active flow, recycled with its slot
             c = f_fl_ch[slot]
             # The entry is this switch's only if the flow reached the same switch at this hop last
@@ -450,6 +538,46 @@ def run_events(
         else:
             rob_lost[slot, offset >> 6] |= bit
 
+    def lose(p, now):
+        # A packet that will never arrive. Go-Back-N: the receiver notices the gap and NAKs (or the
+        # sender times out). Without it: the bytes are lost and the receiver stops waiting for them.
+        f = p_flow[p]
+        if gbn:
+            free_packet(p)
+            return
+        f_lost[f] += p_payload[p]
+        settle(f, p_seq[p], False)
+        free_packet(p)
+        if f_recv[f] + f_lost[f] >= f_size[f]:
+            flow_accounted(f, now)
+
+    def send_ack(f, psn, nak, now):
+        # ACKs and NAKs travel back after the flow's path latency; they are not queued or lost.
+        arg = (f << 26) | (nak << 25) | psn
+        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + f_ack_lat[f], EV_ACK, arg)
+
+    def go_back(f, psn, now):
+        # Resend everything from psn on.
+        f_snd_nxt[f] = psn
+        c = f_first_ch[f]
+        if f_linked[f] == 0:
+            link(c, f)
+        if ch_busy[c] == 0:
+            pull(c, now)
+
+    def corrupted(c, p, now):
+        # Bit errors on the link p just crossed (BER or a Gilbert-Elliott marginal transceiver).
+        if now < ch_loss_start[c] or now >= ch_loss_end[c]:
+            return False
+        if ch_loss_kind[c] == 1:  # independent bit errors: P(loss) = 1 - (1 - BER)^bits
+            return _uniform(rng) < 1.0 - np.exp(p_wire[p] * 8.0 * ch_loss_a[c])
+        if ch_ge_bad[c]:  # Gilbert-Elliott: move between states per packet, then lose by state
+            if _uniform(rng) < ch_loss_d[c]:
+                ch_ge_bad[c] = 0
+        elif _uniform(rng) < ch_loss_c[c]:
+            ch_ge_bad[c] = 1
+        return _uniform(rng) < (ch_loss_b[c] if ch_ge_bad[c] else ch_loss_a[c])
+
     def enqueue(c, p, now):
         if q_head[c] < 0 and ch_free_at[c] <= now:
             start_tx(c, p, now)
@@ -458,12 +586,7 @@ def run_events(
             ch_drops[c] += 1
             s_drops[now // interval, c] += 1
             sc[SC_DROPPED] += 1
-            f = p_flow[p]
-            f_lost[f] += p_payload[p]
-            settle(f, p_seq[p], False)  # the receiver stops waiting for it (no resend yet)
-            free_packet(p)
-            if f_recv[f] + f_lost[f] >= f_size[f]:
-                flow_accounted(f, now)
+            lose(p, now)
             return
         p_next[p] = -1
         if q_tail[c] < 0:
@@ -477,6 +600,32 @@ def run_events(
 
     def deliver(p, now):
         f = p_flow[p]
+        if gbn:  # a Go-Back-N receiver keeps only the packet it expects
+            sc[SC_DELIVERED] += 1
+            seq = p_seq[p]
+            expected = f_next_seq[f]
+            if seq == expected:
+                payload = p_payload[p]
+                sc[SC_DELIVERED_BYTES] += payload
+                sc[SC_LAST_DELIVERY] = now
+                f_recv[f] += payload
+                f_next_seq[f] = expected + 1
+                f_nak[f] = 0
+                f_since_ack[f] += 1
+                done = expected + 1 >= f_npkts[f]
+                if done or f_since_ack[f] >= ack_every:
+                    f_since_ack[f] = 0
+                    send_ack(f, expected + 1, 0, now)
+                free_packet(p)
+                if done and f_finish[f] < 0:
+                    flow_accounted(f, now)
+                return
+            sc[SC_DISCARDED] += 1
+            if seq > expected and f_nak[f] == 0:  # one NAK per gap
+                f_nak[f] = 1
+                send_ack(f, expected, 1, now)
+            free_packet(p)
+            return
         sc[SC_DELIVERED] += 1
         sc[SC_DELIVERED_BYTES] += p_payload[p]
         sc[SC_LAST_DELIVERY] = now
@@ -508,8 +657,20 @@ def run_events(
         sc[SC_EVENTS] += 1
         if kind == EV_ARRIVE:
             p = arg
-            node = ch_target[p_ch[p]]
+            arrived_on = p_ch[p]
             f = p_flow[p]
+            if ch_loss_kind[arrived_on] != 0 and corrupted(arrived_on, p, now):
+                ch_rcv_errors[arrived_on] += 1
+                sc[SC_CORRUPTED] += 1
+                lose(p, now)
+                continue
+            if f == drop_flow and p_seq[p] == pr[PR_DROP_PSN] and sc[SC_INJECTED_DROP_DONE] == 0:
+                sc[SC_INJECTED_DROP_DONE] = 1  # the test hook: this one packet is lost, once
+                ch_rcv_errors[arrived_on] += 1
+                sc[SC_CORRUPTED] += 1
+                lose(p, now)
+                continue
+            node = ch_target[arrived_on]
             if node == f_dst_node[f]:
                 deliver(p, now)
             else:
@@ -534,8 +695,32 @@ def run_events(
                 start_tx(c, p, now)
                 if q_head[c] >= 0:
                     sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
-        else:  # EV_RELEASE
+        elif kind == EV_RELEASE:
             t = arg
             for f in range(t_flow_off[t], t_flow_off[t + 1]):
                 activate(f, now)
+        elif kind == EV_ACK:
+            f = arg >> 26
+            nak = (arg >> 25) & 1
+            psn = arg & ((1 << 25) - 1)
+            if psn > f_snd_una[f]:
+                f_snd_una[f] = psn
+                f_rto_at[f] = now + rto if psn < f_npkts[f] else -1  # the pending timer re-arms lazily
+            if nak == 1 and f_snd_nxt[f] > psn:
+                sc[SC_NAKS] += 1
+                go_back(f, psn, now)
+            else:
+                c = f_first_ch[f]
+                if ch_busy[c] == 0 and ch_rr[c] >= 0:
+                    pull(c, now)  # the window may have opened
+        else:  # EV_RTO
+            f = arg
+            if f_rto_at[f] >= 0 and f_snd_una[f] < f_npkts[f]:
+                if now < f_rto_at[f]:  # progress since it was armed: wait until the new deadline
+                    sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], f_rto_at[f], EV_RTO, f)
+                else:
+                    sc[SC_TIMEOUTS] += 1
+                    f_rto_at[f] = now + rto
+                    sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + rto, EV_RTO, f)
+                    go_back(f, f_snd_una[f], now)
     return RC_DONE

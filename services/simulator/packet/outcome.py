@@ -18,7 +18,8 @@ from collections.abc import Callable
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
-from services.simulator.packet.engine import PacketEngineConfig, simulate_packets
+from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
+from services.simulator.packet.engine import LinkLoss, PacketEngineConfig, simulate_packets
 from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
@@ -52,9 +53,23 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
     notes = [
         f"PACKET fidelity: output-queued switch ports with {buffer} bytes of buffer each, store-and-"
         f"forward, {spec.mtu_bytes}-byte payloads plus {overhead}; drops on overflow.",
-        "No transport reliability yet: a dropped packet is counted and not resent (Go-Back-N, PFC, "
-        "DCQCN and credits arrive with the transports issue).",
     ]
+    if spec.window_bytes:
+        notes.append(
+            f"RoCEv2 Go-Back-N: {-(-spec.window_bytes // spec.mtu_bytes)}-packet window, an ACK every "
+            f"{spec.ack_every or 1} in-order packets, a NAK per gap, retransmission timeout "
+            f"{spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS} ns; ACKs and NAKs return "
+            "after the path latency and are never lost. No PFC or DCQCN yet."
+        )
+    else:
+        notes.append(
+            "No reliable transport (roce.window_bytes unset): a dropped packet is counted and not resent."
+        )
+    for fault in spec.faults:
+        notes.append(
+            f"Fault on link {fault.link}: {fault.kind.value} from {fault.start_ns} ns"
+            + (f" to {fault.end_ns} ns." if fault.end_ns else ".")
+        )
     if lb.mode == LoadBalancingMode.ECMP:
         seeds = "the same seed on every switch" if lb.same_seed_everywhere else "a seed per switch"
         notes.append(
@@ -80,6 +95,20 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             "then takes the least-loaded equal-cost output."
         )
     return notes
+
+
+def _link_loss(snapshot: FabricSnapshot, index: int, fault: FaultSpec) -> LinkLoss:
+    return LinkLoss(
+        link=resolve_link(snapshot, fault.link, f"faults[{index}].link"),
+        kind=1 if fault.kind == FaultKind.BIT_ERRORS else 2,
+        start_ns=fault.start_ns,
+        end_ns=fault.end_ns,
+        ber=fault.bit_error_rate,
+        good_loss=fault.good_loss,
+        bad_loss=fault.bad_loss,
+        p_good_to_bad=fault.p_good_to_bad,
+        p_bad_to_good=fault.p_bad_to_good,
+    )
 
 
 def _hops(routes: FlowRoutes) -> np.ndarray:
@@ -129,6 +158,11 @@ def run_packet_simulation(
         sample_interval_ns=spec.sample_interval_ns,
         time_limit_ns=spec.time_limit_ns,
         expected_end_ns=max(ideals, default=0) + max((j.start_ns for j in spec.jobs), default=0),
+        window_packets=-(-spec.window_bytes // spec.mtu_bytes) if spec.window_bytes else 0,
+        retransmit_timeout_ns=spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS,
+        ack_every=spec.ack_every or 1,
+        link_losses=tuple(_link_loss(snapshot, i, fault) for i, fault in enumerate(spec.faults)),
+        drop_once=spec.drop_once,
     )
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress)
 
@@ -165,6 +199,7 @@ def run_packet_simulation(
         flows=crossing[carried].astype(np.int32),
         drops=run.channel_drops_total[carried],
         peak_queue_bytes=run.channel_peak_queue_total[carried],
+        rcv_errors=run.channel_rcv_errors[carried],
     )
     jobs = [
         job_outcome(plan, workload, j, run.flow_finish_ns, ideals[j], names)
@@ -207,9 +242,13 @@ def run_packet_simulation(
             delivered=run.packets_delivered,
             delivered_bytes=run.delivered_payload_bytes,
             dropped=run.packets_dropped,
-            retransmitted=0,
+            retransmitted=run.retransmitted,
             peak_in_flight=run.peak_packets_in_flight,
             in_flight=run.packets_in_flight,
+            naks=run.naks,
+            timeouts=run.timeouts,
+            corrupted=run.corrupted,
+            discarded=run.discarded,
             out_of_order=run.out_of_order_packets,
             reorder_peak_bytes=run.reorder_peak_bytes,
             reorder_overflow=run.reorder_overflow_packets,

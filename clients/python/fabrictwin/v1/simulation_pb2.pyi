@@ -703,6 +703,7 @@ class LinkTotal(_message.Message):
     PEAK_QUEUE_BYTES_FIELD_NUMBER: _builtins.int
     TIER_FIELD_NUMBER: _builtins.int
     FLOWS_FIELD_NUMBER: _builtins.int
+    RCV_ERRORS_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """Link index."""
     direction: _builtins.int
@@ -723,6 +724,8 @@ class LinkTotal(_message.Message):
     """Tier of the link (max tier of its two ends): 1 host-leaf, 2 leaf-spine, 3 spine-core."""
     flows: _builtins.int
     """Number of flows that crossed it."""
+    rcv_errors: _builtins.int
+    """Packets lost to bit errors at its receiving end (PortRcvErrors)."""
     def __init__(
         self,
         *,
@@ -736,10 +739,11 @@ class LinkTotal(_message.Message):
         peak_queue_bytes: _builtins.int = ...,
         tier: _builtins.int = ...,
         flows: _builtins.int = ...,
+        rcv_errors: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "flows", b"flows", "link", b"link", "mean_utilisation", b"mean_utilisation", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "flows", b"flows", "link", b"link", "mean_utilisation", b"mean_utilisation", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -863,6 +867,10 @@ class SimulationResult(_message.Message):
     OUT_OF_ORDER_PACKETS_FIELD_NUMBER: _builtins.int
     REORDER_BUFFER_HISTOGRAM_FIELD_NUMBER: _builtins.int
     PEAK_PACKETS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    NAKS_FIELD_NUMBER: _builtins.int
+    RETRANSMIT_TIMEOUTS_FIELD_NUMBER: _builtins.int
+    CORRUPTED_PACKETS_FIELD_NUMBER: _builtins.int
+    DISCARDED_PACKETS_FIELD_NUMBER: _builtins.int
     makespan_ns: _builtins.int
     """Completion of all jobs."""
     events: _builtins.int
@@ -887,6 +895,14 @@ class SimulationResult(_message.Message):
     """PACKET fidelity: packets that arrived ahead of an earlier one of their flow."""
     peak_packets_in_flight: _builtins.int
     """PACKET fidelity: most packets in flight at once (what the engine's memory follows)."""
+    naks: _builtins.int
+    """Go-Back-N: NAKs the senders acted on."""
+    retransmit_timeouts: _builtins.int
+    """Go-Back-N: retransmission timeouts."""
+    corrupted_packets: _builtins.int
+    """Packets lost to bit errors (faults), all links."""
+    discarded_packets: _builtins.int
+    """Go-Back-N: packets a receiver discarded (out of order or duplicate)."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobResult]:
         """Per job."""
@@ -934,10 +950,14 @@ class SimulationResult(_message.Message):
         out_of_order_packets: _builtins.int = ...,
         reorder_buffer_histogram: _abc.Iterable[_builtins.int] | None = ...,
         peak_packets_in_flight: _builtins.int = ...,
+        naks: _builtins.int = ...,
+        retransmit_timeouts: _builtins.int = ...,
+        corrupted_packets: _builtins.int = ...,
+        discarded_packets: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["uplink_skew", b"uplink_skew"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drops", b"drops", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "out_of_order_packets", b"out_of_order_packets", "packets_delivered", b"packets_delivered", "packets_in_flight", b"packets_in_flight", "packets_injected", b"packets_injected", "peak_packets_in_flight", b"peak_packets_in_flight", "reorder_buffer_histogram", b"reorder_buffer_histogram", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["corrupted_packets", b"corrupted_packets", "discarded_packets", b"discarded_packets", "drops", b"drops", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "naks", b"naks", "out_of_order_packets", b"out_of_order_packets", "packets_delivered", b"packets_delivered", "packets_in_flight", b"packets_in_flight", "packets_injected", b"packets_injected", "peak_packets_in_flight", b"peak_packets_in_flight", "reorder_buffer_histogram", b"reorder_buffer_histogram", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmit_timeouts", b"retransmit_timeouts", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
