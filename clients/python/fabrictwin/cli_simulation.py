@@ -89,6 +89,30 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
     packet.add_argument(
         "--flowlet-gap-ns", type=int, default=0, help="FLOWLET: idle gap that starts a new flowlet"
     )
+    packet.add_argument(
+        "--window",
+        type=size_arg,
+        default=0,
+        help="RoCEv2 Go-Back-N window in bytes (e.g. 256KiB); unset: no resends",
+    )
+    packet.add_argument(
+        "--rto-ns", type=int, default=0, help="Go-Back-N retransmission timeout (default 100000)"
+    )
+    packet.add_argument(
+        "--ber",
+        action="append",
+        default=[],
+        metavar="LINK=RATE",
+        help="bit errors on a link (name or index), e.g. 0=1e-6; repeatable",
+    )
+    packet.add_argument(
+        "--marginal",
+        action="append",
+        default=[],
+        metavar="LINK=GOOD,BAD,P_GB,P_BG",
+        help="a marginal transceiver (Gilbert-Elliott): loss in the good and bad state and the per-packet "
+        "transition probabilities, e.g. 0=0,0.5,0.001,0.1; repeatable",
+    )
     parser.set_defaults(default_modes=default_modes)
 
 
@@ -145,6 +169,32 @@ def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
     ]
 
 
+def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argparse.Namespace) -> None:
+    if args.window:
+        spec.roce.window_bytes = args.window
+        spec.roce.retransmit_timeout_ns = args.rto_ns
+    for text in args.ber:
+        link, _, rate = text.partition("=")
+        try:
+            spec.faults.add(link=link, kind=simulation_pb2.FAULT_KIND_BIT_ERRORS, bit_error_rate=float(rate))
+        except ValueError as exc:
+            raise InputError(f"--ber {text!r}: expected LINK=RATE") from exc
+    for text in args.marginal:
+        link, _, values = text.partition("=")
+        try:
+            good, bad, p_gb, p_bg = (float(v) for v in values.split(","))
+        except ValueError as exc:
+            raise InputError(f"--marginal {text!r}: expected LINK=GOOD,BAD,P_GB,P_BG") from exc
+        spec.faults.add(
+            link=link,
+            kind=simulation_pb2.FAULT_KIND_GILBERT_ELLIOTT,
+            good_loss=good,
+            bad_loss=bad,
+            p_good_to_bad=p_gb,
+            p_bad_to_good=p_bg,
+        )
+
+
 def _simulate(client: Client, args: argparse.Namespace) -> int:
     job = job_from_args(args, client)
     modes = modes_from_args(args)
@@ -157,6 +207,7 @@ def _simulate(client: Client, args: argparse.Namespace) -> int:
         spec = simulation_spec(
             args.fabric, [job], lb, fidelity=args.fidelity, transport=args.transport, seed=args.seed
         )
+        _add_transport_and_faults(spec, args)
         spec.mtu_bytes = args.mtu
         spec.buffer_bytes = args.buffer
         spec.header_bytes = args.header_bytes

@@ -209,6 +209,14 @@ def simulation_report(simulation: simulation_pb2.Simulation) -> str:
             f"uplink skew ({skew.group or 'uplinks'}, {skew.links} links): max/mean {skew.max_over_mean:.2f},"
             f" CV {skew.coefficient_of_variation:.2f}, {shares}"
         )
+    if result.packets_injected:
+        lines.append(
+            f"packets: {result.packets_injected} sent, {result.packets_delivered} delivered, "
+            f"{result.drops} dropped, {result.corrupted_packets} lost to bit errors, "
+            f"{result.retransmitted_packets} resent ({result.naks} NAKs, "
+            f"{result.retransmit_timeouts} timeouts), "
+            f"{result.out_of_order_packets} out of order"
+        )
     lines.extend(f"note: {note}" for note in result.model_notes)
     return "\n".join(lines)
 
