@@ -23,6 +23,7 @@ __all__ = [
     "assemble",
     "check_routable_size",
     "ipv4",
+    "link_parameters",
     "rate_bps",
     "same_name",
     "whole_number",
@@ -55,6 +56,20 @@ def rate_bps(gbps: Any, field: str) -> int:
     if gbps <= 0:
         raise InvalidArgument(field, f"must be positive, got {gbps}")
     return round(float(gbps) * 1e9)
+
+
+def link_parameters(
+    link_speed_gbps: Any, host_link_speed_gbps: Any, link_latency_ns: Any, field: FieldName
+) -> tuple[int, int, int]:
+    """(switch link rate, host link rate, latency) of a generator's parameters, checked and named."""
+    latency = whole_number(link_latency_ns, field("link_latency_ns"), 0)
+    rate = rate_bps(link_speed_gbps, field("link_speed_gbps"))
+    host_rate = (
+        rate
+        if host_link_speed_gbps is None
+        else rate_bps(host_link_speed_gbps, field("host_link_speed_gbps"))
+    )
+    return rate, host_rate, latency
 
 
 def check_routable_size(switches: int, hosts: int, field: str) -> None:

@@ -29,7 +29,7 @@ from services.topology.cabling import (
     assemble,
     check_routable_size,
     ipv4,
-    rate_bps,
+    link_parameters,
     same_name,
     whole_number,
 )
@@ -77,13 +77,7 @@ def build_leaf_spine(
     spines = whole_number(spines, field("spines"), 1)
     hpl = whole_number(hosts_per_leaf, field("hosts_per_leaf"), 1)
     par = whole_number(parallel_links, field("parallel_links"), 1)
-    latency = whole_number(link_latency_ns, field("link_latency_ns"), 0)
-    rate = rate_bps(link_speed_gbps, field("link_speed_gbps"))
-    host_rate = (
-        rate
-        if host_link_speed_gbps is None
-        else rate_bps(host_link_speed_gbps, field("host_link_speed_gbps"))
-    )
+    rate, host_rate, latency = link_parameters(link_speed_gbps, host_link_speed_gbps, link_latency_ns, field)
     if hpl > 254:
         raise InvalidArgument(
             field("hosts_per_leaf"), f"at most 254 hosts per leaf (one /24 each), got {hpl}"
@@ -159,13 +153,7 @@ def build_fat_tree(
     k = whole_number(k, field("k"), 2)
     if k % 2:
         raise InvalidArgument(field("k"), f"must be even, got {k}")
-    latency = whole_number(link_latency_ns, field("link_latency_ns"), 0)
-    rate = rate_bps(link_speed_gbps, field("link_speed_gbps"))
-    host_rate = (
-        rate
-        if host_link_speed_gbps is None
-        else rate_bps(host_link_speed_gbps, field("host_link_speed_gbps"))
-    )
+    rate, host_rate, latency = link_parameters(link_speed_gbps, host_link_speed_gbps, link_latency_ns, field)
     h = k // 2
     hosts, pod_switches, cores = k * h * h, k * h, h * h
     check_routable_size(2 * pod_switches + cores, hosts, field("k"))

@@ -35,7 +35,7 @@ from services.topology.cabling import (
     assemble,
     check_routable_size,
     ipv4,
-    rate_bps,
+    link_parameters,
     same_name,
     whole_number,
 )
@@ -102,13 +102,7 @@ def build_superpod(
     units = whole_number(scalable_units, field("scalable_units"), 1)
     nodes = whole_number(nodes_per_su, field("nodes_per_su"), 1)
     gpus = whole_number(gpus_per_node, field("gpus_per_node"), 1)
-    latency = whole_number(link_latency_ns, field("link_latency_ns"), 0)
-    rate = rate_bps(link_speed_gbps, field("link_speed_gbps"))
-    host_rate = (
-        rate
-        if host_link_speed_gbps is None
-        else rate_bps(host_link_speed_gbps, field("host_link_speed_gbps"))
-    )
+    rate, host_rate, latency = link_parameters(link_speed_gbps, host_link_speed_gbps, link_latency_ns, field)
     for value, limit, name in (
         (units, 255, "scalable_units"),
         (nodes, 255, "nodes_per_su"),
