@@ -77,10 +77,6 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
     unsupported = [
         name
         for name in (
-            "pfc",
-            "pfc_xoff_bytes",
-            "pfc_xon_bytes",
-            "pfc_headroom_bytes",
             "dcqcn",
             "ecn_kmin_bytes",
             "ecn_kmax_bytes",
@@ -91,7 +87,7 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
     if unsupported:
         raise InvalidArgument(
             f"spec.roce.{unsupported[0]}",
-            "PFC and ECN/DCQCN arrive with the rest of issue #5; leave it unset",
+            "ECN/DCQCN arrives with the rest of issue #5; leave it unset",
         )
     if message.HasField("infiniband") and message.infiniband != simulation_pb2.InfinibandConfig():
         raise InvalidArgument("spec.infiniband", "InfiniBand credits arrive with issue #5; leave it unset")
@@ -152,6 +148,10 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
         time_limit_ns=message.time_limit_ns,
         faults=tuple(_fault_from_proto(i, f) for i, f in enumerate(message.faults)),
         window_bytes=roce.window_bytes,
+        pfc=roce.pfc,
+        pfc_xoff_bytes=roce.pfc_xoff_bytes,
+        pfc_xon_bytes=roce.pfc_xon_bytes,
+        pfc_headroom_bytes=roce.pfc_headroom_bytes,
         retransmit_timeout_ns=roce.retransmit_timeout_ns,
     )
 
@@ -233,6 +233,8 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
                 if channels.peak_queue_bytes is not None
                 else 0,
                 rcv_errors=int(channels.rcv_errors[i]) if channels.rcv_errors is not None else 0,
+                pause_frames=int(channels.pause_frames[i]) if channels.pause_frames is not None else 0,
+                pause_ns=int(channels.pause_ns[i]) if channels.pause_ns is not None else 0,
             )
             for i, c in enumerate(channels.channels)
         ],

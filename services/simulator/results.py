@@ -87,6 +87,8 @@ class ChannelTotals:
     drops: np.ndarray | None = None  # int64 [C], packets (PACKET fidelity)
     peak_queue_bytes: np.ndarray | None = None  # int64 [C] (PACKET fidelity)
     rcv_errors: np.ndarray | None = None  # int64 [C], packets lost to bit errors (PACKET fidelity)
+    pause_frames: np.ndarray | None = None  # int64 [C], PFC PAUSEs received by its transmitter
+    pause_ns: np.ndarray | None = None  # int64 [C], time its transmitter was paused
 
 
 @dataclasses.dataclass

@@ -142,6 +142,10 @@ class SimulationSpec:
     retransmit_timeout_ns: int = 0  # 0: DEFAULT_RETRANSMIT_TIMEOUT_NS
     ack_every: int = 1  # a Go-Back-N receiver acknowledges every this many in-order packets
     drop_once: tuple[int, int] | None = None  # tests only: lose packet PSN of flow F once, (F, PSN)
+    pfc: bool = False  # priority flow control (PACKET, RoCEv2)
+    pfc_xoff_bytes: int = 0  # 0: 64 KiB
+    pfc_xon_bytes: int = 0  # 0: half of XOFF
+    pfc_headroom_bytes: int = 0  # 0: two round trips of the slowest link at its rate, plus two packets
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SimulationSpec:
@@ -291,6 +295,15 @@ def validate_spec(spec: SimulationSpec) -> None:
     if spec.window_bytes < 0 or spec.retransmit_timeout_ns < 0 or spec.ack_every < 0:
         raise InvalidArgument(
             "roce", "window_bytes, retransmit_timeout_ns and ack_every must not be negative"
+        )
+    if spec.pfc and spec.fidelity != Fidelity.PACKET:
+        raise InvalidArgument("roce.pfc", "PFC needs PACKET fidelity")
+    for name in ("pfc_xoff_bytes", "pfc_xon_bytes", "pfc_headroom_bytes"):
+        if getattr(spec, name) < 0:
+            raise InvalidArgument(f"roce.{name}", "must not be negative")
+    if spec.pfc_xon_bytes and spec.pfc_xoff_bytes and spec.pfc_xon_bytes > spec.pfc_xoff_bytes:
+        raise InvalidArgument(
+            "roce.pfc_xon_bytes", f"XON {spec.pfc_xon_bytes} is above XOFF {spec.pfc_xoff_bytes}"
         )
     if spec.window_bytes and spec.fidelity != Fidelity.PACKET:
         raise InvalidArgument("roce.window_bytes", "Go-Back-N needs PACKET fidelity")

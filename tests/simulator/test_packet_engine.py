@@ -196,7 +196,7 @@ def test_transport_settings_in_a_request_are_refused_naming_the_field():
 
     from services.simulator.convert import spec_from_proto
 
-    message = simulation_pb2.SimulationSpec(fabric="fabrics/x", roce=simulation_pb2.RoceConfig(pfc=True))
+    message = simulation_pb2.SimulationSpec(fabric="fabrics/x", roce=simulation_pb2.RoceConfig(dcqcn=True))
     with pytest.raises(InvalidArgument, match=r"spec\.roce"):
         spec_from_proto(message)
     message = simulation_pb2.SimulationSpec(

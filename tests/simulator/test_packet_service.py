@@ -159,10 +159,10 @@ async def test_go_back_n_under_bit_errors_through_the_api_and_unsupported_settin
             assert result.retransmitted_packets >= result.corrupted_packets
             assert sum(link.rcv_errors for link in result.links) == result.corrupted_packets
             assert any("Go-Back-N" in note for note in result.model_notes)
-            with_pfc = S.SimulationSpec()
-            with_pfc.CopyFrom(spec)
-            with_pfc.roce.pfc = True
-            with pytest.raises(InvalidArgumentError, match=r"spec\.roce\.pfc"):
-                client.simulations.start(with_pfc)
+            with_dcqcn = S.SimulationSpec()
+            with_dcqcn.CopyFrom(spec)
+            with_dcqcn.roce.dcqcn = True
+            with pytest.raises(InvalidArgumentError, match=r"spec\.roce\.dcqcn"):
+                client.simulations.start(with_dcqcn)
 
     await asyncio.to_thread(as_a_script_would)

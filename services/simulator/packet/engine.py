@@ -60,6 +60,10 @@ class PacketEngineConfig:
     ack_every: int = 1
     link_losses: tuple[LinkLoss, ...] = ()
     drop_once: tuple[int, int] | None = None  # test hook: (flow, psn) lost once
+    pfc: bool = False
+    pfc_xoff_bytes: int = 0
+    pfc_xon_bytes: int = 0
+    pfc_headroom_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +116,8 @@ class PacketRun:
     corrupted: int
     discarded: int
     channel_rcv_errors: np.ndarray  # int64 [C]
+    channel_pause_frames: np.ndarray  # int64 [C]: PAUSEs its transmitter received (rx_prio3_pause)
+    channel_pause_ns: np.ndarray  # int64 [C]: time its transmitter spent paused (rx_prio3_pause_duration)
     out_of_order_packets: int
     reorder_overflow_packets: int
     reorder_peak_bytes: int
@@ -175,6 +181,14 @@ class _Arrays:
         self.ch_peak_q = np.zeros(n_ch, dtype=np.int64)
         self.ch_rr = np.full(n_ch, -1, dtype=np.int32)
         self.ch_ring_len = np.zeros(n_ch, dtype=np.int32)
+        # PFC: bytes each channel's packets occupy in the switch it feeds, and its transmitter's state.
+        self.ch_ing_bytes = np.zeros(n_ch, dtype=np.int64)
+        self.ch_paused = np.zeros(n_ch, dtype=np.uint8)
+        self.ch_pause_sent = np.zeros(n_ch, dtype=np.uint8)
+        self.ch_txd_pending = np.zeros(n_ch, dtype=np.uint8)
+        self.ch_pause_frames = np.zeros(n_ch, dtype=np.int64)
+        self.ch_pause_ps = np.zeros(n_ch, dtype=np.int64)
+        self.ch_pause_since = np.zeros(n_ch, dtype=np.int64)
         self._link_losses(n_ch, config.link_losses)
         bins = MAX_BINS
         if config.sample_interval_ns and config.expected_end_ns:
@@ -267,6 +281,10 @@ class _Arrays:
         self.pr[L.PR_RTO] = config.retransmit_timeout_ns * 1000
         self.pr[L.PR_ACK_EVERY] = max(1, config.ack_every)
         self.pr[L.PR_DROP_FLOW], self.pr[L.PR_DROP_PSN] = config.drop_once or (-1, -1)
+        self.pr[L.PR_PFC] = 1 if config.pfc else 0
+        self.pr[L.PR_XOFF] = config.pfc_xoff_bytes
+        self.pr[L.PR_XON] = config.pfc_xon_bytes
+        self.pr[L.PR_HEADROOM] = config.pfc_headroom_bytes
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )
@@ -319,6 +337,7 @@ class _Arrays:
         self.p_wire = np.zeros(count, dtype=np.int32)
         self.p_hop = np.zeros(count, dtype=np.int32)
         self.p_ch = np.zeros(count, dtype=np.int32)
+        self.p_in = np.full(count, -1, dtype=np.int32)
         self.p_next = np.arange(1, count + 1, dtype=np.int32)
         self.p_next[-1] = -1
 
@@ -353,7 +372,7 @@ class _Arrays:
 
     def grow_packets(self) -> None:
         old = len(self.p_flow)
-        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch"):
+        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
         extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
@@ -431,6 +450,8 @@ def simulate_packets(
     while True:
         code = run_events(*arrays.args())
         if code == L.RC_DONE or code == L.RC_STOPPED:
+            if code == L.RC_DONE and config.pfc and (arrays.f_finish < 0).any():
+                _report_pause_deadlock(arrays, snapshot)
             break
         if code == L.RC_BUDGET:
             if progress is not None:
@@ -457,6 +478,29 @@ def simulate_packets(
         else:  # pragma: no cover - a code the loop does not return
             raise RuntimeError(f"packet engine returned {code}")
     return _result(arrays, code == L.RC_STOPPED)
+
+
+def _report_pause_deadlock(a: _Arrays, snapshot: FabricSnapshot) -> None:
+    """Nothing left to happen, flows unfinished, ports paused: name the cycle of pauses."""
+    paused = {int(c) for c in np.flatnonzero(a.ch_paused)}
+    source, target = snapshot.channel_source(), snapshot.channel_target()
+    # c waits for c2 if c is paused by the switch it feeds and c2 leaves that switch, paused too.
+    waits = {c: [c2 for c2 in paused if source[c2] == target[c] and a.q_head[c2] >= 0] for c in paused}
+    cycle: list[int] = []
+    for start in paused:
+        path, seen = [start], {start}
+        while waits.get(path[-1]):
+            nxt = waits[path[-1]][0]
+            if nxt in seen:
+                cycle = path[path.index(nxt) :]
+                break
+            path.append(nxt)
+            seen.add(nxt)
+        if cycle:
+            break
+    names = [snapshot.channel_name(c) for c in (cycle or sorted(paused)[:8])]
+    what = "a PFC deadlock: a cycle of paused ports" if cycle else "ports paused for good"
+    raise FailedPrecondition(f"the run stalled on {what}: {' -> '.join(names)}")
 
 
 def _result(a: _Arrays, stopped: bool) -> PacketRun:
@@ -493,6 +537,8 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         corrupted=int(sc[L.SC_CORRUPTED]),
         discarded=int(sc[L.SC_DISCARDED]),
         channel_rcv_errors=a.ch_rcv_errors.copy(),
+        channel_pause_frames=a.ch_pause_frames.copy(),
+        channel_pause_ns=a.ch_pause_ps // 1000,
         out_of_order_packets=int(sc[L.SC_OUT_OF_ORDER]),
         reorder_overflow_packets=int(sc[L.SC_ROB_OVERFLOW]),
         reorder_peak_bytes=int(sc[L.SC_ROB_PEAK_BYTES]),

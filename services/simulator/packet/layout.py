@@ -55,7 +55,11 @@ PR_RTO = 15  # retransmission timeout, ps
 PR_ACK_EVERY = 16  # a receiver acknowledges every this many in-order packets (and the last)
 PR_DROP_FLOW = 17  # test hook: drop packet PR_DROP_PSN of this flow once (-1: off)
 PR_DROP_PSN = 18
-PR_SIZE = 20
+PR_PFC = 19  # 1: priority flow control on the RDMA priority (one priority modelled)
+PR_XOFF = 20  # bytes from one ingress port held in a switch before it PAUSEs that port's sender
+PR_XON = 21  # ... and at or below which it RESUMEs it
+PR_HEADROOM = 22  # bytes above XOFF an ingress port may still fill (packets already on the wire)
+PR_SIZE = 24
 
 # --- modes --------------------------------------------------------------------------------------
 MODE_ECMP = 1
@@ -70,6 +74,8 @@ EV_TX_DONE = 1  # arg: channel; it has finished serialising its packet
 EV_RELEASE = 2  # arg: transfer; its prerequisites are met and its release time has come
 EV_ACK = 3  # arg: flow << 26 | nak << 25 | psn; an ACK (or NAK) reaches the sender
 EV_RTO = 4  # arg: flow; its retransmission timer may have expired
+EV_PAUSE = 5  # arg: channel; a PFC PAUSE reaches its transmitter
+EV_RESUME = 6  # arg: channel; a PFC RESUME (XON) reaches its transmitter
 
 # --- why the loop returned ------------------------------------------------------------------------
 RC_DONE = 0  # no event left

@@ -27,7 +27,9 @@ from services.simulator.packet.heap import heap_pop, heap_push
 from services.simulator.packet.layout import (
     EV_ACK,
     EV_ARRIVE,
+    EV_PAUSE,
     EV_RELEASE,
+    EV_RESUME,
     EV_RTO,
     EV_TX_DONE,
     MODE_ADAPTIVE,
@@ -42,6 +44,7 @@ from services.simulator.packet.layout import (
     PR_FLOWLET_GAP,
     PR_GBN,
     PR_HEADER,
+    PR_HEADROOM,
     PR_INTERVAL,
     PR_MAX_DEPENDENTS,
     PR_MAX_FLOWS_PER_TRANSFER,
@@ -49,10 +52,13 @@ from services.simulator.packet.layout import (
     PR_MAX_TX,
     PR_MODE,
     PR_MTU,
+    PR_PFC,
     PR_ROB_WORDS,
     PR_RTO,
     PR_STOP,
     PR_WINDOW,
+    PR_XOFF,
+    PR_XON,
     RC_BUDGET,
     RC_DONE,
     RC_GROW_BINS,
@@ -185,6 +191,14 @@ def run_events(
     ch_loss_end,
     ch_ge_bad,
     ch_rcv_errors,
+    p_in,
+    ch_ing_bytes,
+    ch_paused,
+    ch_pause_sent,
+    ch_txd_pending,
+    ch_pause_frames,
+    ch_pause_ps,
+    ch_pause_since,
     f_rob_bytes,
     f_fl_ch,
     f_fl_node,
@@ -229,6 +243,10 @@ def run_events(
     rto = pr[PR_RTO]
     ack_every = pr[PR_ACK_EVERY]
     drop_flow = pr[PR_DROP_FLOW]
+    pfc = pr[PR_PFC] == 1
+    xoff = pr[PR_XOFF]
+    xon = pr[PR_XON]
+    headroom = pr[PR_HEADROOM]
 
     # ---- series and queue bookkeeping ---------------------------------------------------------
     def record_tx(c, t0, duration, wire):
@@ -356,7 +374,7 @@ def run_events(
         # The NIC behind channel c sends the next packet of its active flows, round-robin
         # (skipping, under Go-Back-N, the flows whose window is full).
         f = ch_rr[c]
-        if f < 0:
+        if f < 0 or ch_paused[c]:
             return
         if gbn:
             tried = 0
@@ -578,25 +596,67 @@ def run_events(
             ch_ge_bad[c] = 1
         return _uniform(rng) < (ch_loss_b[c] if ch_ge_bad[c] else ch_loss_a[c])
 
+    def drop(c, p, now):
+        ch_drops[c] += 1
+        s_drops[now // interval, c] += 1
+        sc[SC_DROPPED] += 1
+        lose(p, now)
+
     def enqueue(c, p, now):
-        if q_head[c] < 0 and ch_free_at[c] <= now:
-            start_tx(c, p, now)
-            return
-        if q_bytes[c] + p_wire[p] > ch_buffer[c]:
-            ch_drops[c] += 1
-            s_drops[now // interval, c] += 1
-            sc[SC_DROPPED] += 1
-            lose(p, now)
-            return
+        if pfc:
+            ingress = p_in[p]
+            if ingress >= 0 and ch_ing_bytes[ingress] + p_wire[p] > xoff + headroom:
+                drop(c, p, now)  # headroom too small for what was on the wire when PAUSE went out
+                return
+            if q_head[c] < 0 and ch_free_at[c] <= now and ch_paused[c] == 0:
+                start_tx(c, p, now)
+                return
+            if ingress >= 0:
+                ch_ing_bytes[ingress] += p_wire[p]
+                if ch_ing_bytes[ingress] > xoff and ch_pause_sent[ingress] == 0:
+                    ch_pause_sent[ingress] = 1  # PAUSE the port this packet came from
+                    sc[SC_HEAP] = heap_push(
+                        h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[ingress], EV_PAUSE, ingress
+                    )
+        else:
+            if q_head[c] < 0 and ch_free_at[c] <= now:
+                start_tx(c, p, now)
+                return
+            if q_bytes[c] + p_wire[p] > ch_buffer[c]:
+                drop(c, p, now)
+                return
         p_next[p] = -1
         if q_tail[c] < 0:
             q_head[c] = p
-            # The first packet to wait: the port must come back for it when it is free.
-            sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
+            if ch_paused[c] == 0:
+                # The first packet to wait: the port must come back for it when it is free.
+                ch_txd_pending[c] = 1
+                sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
         else:
             p_next[q_tail[c]] = p
         q_tail[c] = p
         set_queue(c, now, q_bytes[c] + p_wire[p])
+
+    def send_head(c, now):
+        # A switch port sends the head of its queue, and comes back if more wait.
+        p = q_head[c]
+        q_head[c] = p_next[p]
+        if q_head[c] < 0:
+            q_tail[c] = -1
+        set_queue(c, now, q_bytes[c] - p_wire[p])
+        if pfc:
+            ingress = p_in[p]
+            if ingress >= 0:
+                ch_ing_bytes[ingress] -= p_wire[p]
+                if ch_pause_sent[ingress] == 1 and ch_ing_bytes[ingress] <= xon:
+                    ch_pause_sent[ingress] = 0
+                    sc[SC_HEAP] = heap_push(
+                        h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[ingress], EV_RESUME, ingress
+                    )
+        start_tx(c, p, now)
+        if q_head[c] >= 0:
+            ch_txd_pending[c] = 1
+            sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
 
     def deliver(p, now):
         f = p_flow[p]
@@ -676,6 +736,8 @@ def run_events(
             else:
                 if p_hop[p] >= max_hops:
                     return RC_LOOP
+                if pfc:
+                    p_in[p] = arrived_on
                 c = choose(node, p, f, now)
                 if c < 0 or ch_from_host[c]:
                     return RC_NO_ROUTE  # no usable next hop, or a host asked to forward
@@ -685,15 +747,28 @@ def run_events(
             c = arg
             if ch_from_host[c]:
                 ch_busy[c] = 0
-                pull(c, now)
-            else:  # a queued port: send the head, and come back if more wait
-                p = q_head[c]
-                q_head[c] = p_next[p]
-                if q_head[c] < 0:
-                    q_tail[c] = -1
-                set_queue(c, now, q_bytes[c] - p_wire[p])
-                start_tx(c, p, now)
-                if q_head[c] >= 0:
+                pull(c, now)  # a paused NIC does not pull; RESUME restarts it
+            else:
+                ch_txd_pending[c] = 0
+                if ch_paused[c] == 0:
+                    send_head(c, now)
+        elif kind == EV_PAUSE:
+            c = arg
+            ch_paused[c] = 1
+            ch_pause_frames[c] += 1
+            ch_pause_since[c] = now
+        elif kind == EV_RESUME:
+            c = arg
+            ch_paused[c] = 0
+            ch_pause_ps[c] += now - ch_pause_since[c]
+            if ch_from_host[c]:
+                if ch_busy[c] == 0:
+                    pull(c, now)
+            elif q_head[c] >= 0 and ch_txd_pending[c] == 0:
+                if ch_free_at[c] <= now:
+                    send_head(c, now)
+                else:
+                    ch_txd_pending[c] = 1
                     sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
         elif kind == EV_RELEASE:
             t = arg

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.packet.engine import LinkLoss, PacketEngineConfig, simulate_packets
@@ -65,6 +66,12 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
         notes.append(
             "No reliable transport (roce.window_bytes unset): a dropped packet is counted and not resent."
         )
+    if spec.pfc:
+        notes.append(
+            "PFC on the RDMA priority (one priority modelled): a switch PAUSEs an ingress port when the "
+            "bytes it holds from that port pass XOFF and RESUMEs it at XON, after the link's delay; "
+            "drops only past XOFF + headroom."
+        )
     for fault in spec.faults:
         notes.append(
             f"Fault on link {fault.link}: {fault.kind.value} from {fault.start_ns} ns"
@@ -95,6 +102,26 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             "then takes the least-loaded equal-cost output."
         )
     return notes
+
+
+def _pfc_settings(spec: SimulationSpec, snapshot: FabricSnapshot, header: int, buffer: int) -> dict:
+    if not spec.pfc:
+        return {}
+    xoff = spec.pfc_xoff_bytes or 64 * 1024
+    xon = spec.pfc_xon_bytes or xoff // 2
+    # What can still arrive after a PAUSE leaves: a round trip of the longest link (plus a switch's
+    # latency) at the fastest rate, and the packets being serialised at both ends.
+    delay_ns = int(snapshot.link_latency_ns.max(initial=0)) + spec.switch_latency_ns
+    rate = float(snapshot.link_rate_bps.max(initial=0))
+    headroom = spec.pfc_headroom_bytes or int(2 * delay_ns * rate / 8e9) + 2 * (spec.mtu_bytes + header)
+    if xon > xoff:
+        raise InvalidArgument("roce.pfc_xon_bytes", f"XON {xon} is above XOFF {xoff}")
+    if xoff + headroom > buffer:
+        raise InvalidArgument(
+            "roce.pfc_xoff_bytes",
+            f"XOFF {xoff} + headroom {headroom} is above the port buffer of {buffer} bytes",
+        )
+    return {"pfc": True, "pfc_xoff_bytes": xoff, "pfc_xon_bytes": xon, "pfc_headroom_bytes": headroom}
 
 
 def _link_loss(snapshot: FabricSnapshot, index: int, fault: FaultSpec) -> LinkLoss:
@@ -163,6 +190,7 @@ def run_packet_simulation(
         ack_every=spec.ack_every or 1,
         link_losses=tuple(_link_loss(snapshot, i, fault) for i, fault in enumerate(spec.faults)),
         drop_once=spec.drop_once,
+        **_pfc_settings(spec, snapshot, header, buffer),
     )
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress)
 
@@ -200,6 +228,8 @@ def run_packet_simulation(
         drops=run.channel_drops_total[carried],
         peak_queue_bytes=run.channel_peak_queue_total[carried],
         rcv_errors=run.channel_rcv_errors[carried],
+        pause_frames=run.channel_pause_frames[carried],
+        pause_ns=run.channel_pause_ns[carried],
     )
     jobs = [
         job_outcome(plan, workload, j, run.flow_finish_ns, ideals[j], names)

@@ -704,6 +704,8 @@ class LinkTotal(_message.Message):
     TIER_FIELD_NUMBER: _builtins.int
     FLOWS_FIELD_NUMBER: _builtins.int
     RCV_ERRORS_FIELD_NUMBER: _builtins.int
+    PAUSE_FRAMES_FIELD_NUMBER: _builtins.int
+    PAUSE_NS_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """Link index."""
     direction: _builtins.int
@@ -726,6 +728,10 @@ class LinkTotal(_message.Message):
     """Number of flows that crossed it."""
     rcv_errors: _builtins.int
     """Packets lost to bit errors at its receiving end (PortRcvErrors)."""
+    pause_frames: _builtins.int
+    """PFC PAUSE frames its transmitter received (rx_prio3_pause)."""
+    pause_ns: _builtins.int
+    """Time its transmitter spent paused (rx_prio3_pause_duration), ns."""
     def __init__(
         self,
         *,
@@ -740,10 +746,12 @@ class LinkTotal(_message.Message):
         tier: _builtins.int = ...,
         flows: _builtins.int = ...,
         rcv_errors: _builtins.int = ...,
+        pause_frames: _builtins.int = ...,
+        pause_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "flows", b"flows", "link", b"link", "mean_utilisation", b"mean_utilisation", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "flows", b"flows", "link", b"link", "mean_utilisation", b"mean_utilisation", "pause_frames", b"pause_frames", "pause_ns", b"pause_ns", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
