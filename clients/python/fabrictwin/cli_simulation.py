@@ -170,6 +170,8 @@ def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
 
 
 def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argparse.Namespace) -> None:
+    if args.pfc:
+        spec.roce.pfc = True
     if args.window:
         spec.roce.window_bytes = args.window
         spec.roce.retransmit_timeout_ns = args.rto_ns
