@@ -166,3 +166,38 @@ async def test_go_back_n_under_bit_errors_through_the_api_and_unsupported_settin
                 client.simulations.start(with_dcqcn)
 
     await asyncio.to_thread(as_a_script_would)
+
+
+async def test_the_cli_runs_go_back_n_pfc_and_a_marginal_transceiver(stack, capsys):
+    addresses = [f"--{name}={address}" for name, address in stack.addresses.items()]
+    code = await asyncio.to_thread(
+        cli_main,
+        [
+            *addresses,
+            "simulate",
+            "--fabric",
+            "ft4",
+            "--ranks",
+            "16",
+            "--placement",
+            "scattered",
+            "--size",
+            "1MiB",
+            "--fidelity",
+            "packet",
+            "--mode",
+            "adaptive",
+            "--window",
+            "128KiB",
+            "--pfc",
+            "--marginal",
+            "0=0,0.5,0.01,0.2",
+            "--ber",
+            "1=1e-7",
+            "--wait",
+        ],
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Go-Back-N" in captured.out and "PFC" in captured.out
+    assert "GILBERT_ELLIOTT" in captured.out and "BIT_ERRORS" in captured.out

@@ -99,6 +99,11 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
         "--rto-ns", type=int, default=0, help="Go-Back-N retransmission timeout (default 100000)"
     )
     packet.add_argument(
+        "--pfc",
+        action="store_true",
+        help="priority flow control (XOFF 64KiB, XON 32KiB, headroom from the links)",
+    )
+    packet.add_argument(
         "--ber",
         action="append",
         default=[],
