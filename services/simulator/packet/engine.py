@@ -19,6 +19,7 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.flow_model import Cancelled
 from services.simulator.packet import layout as L
+from services.simulator.packet.heap import heap_push
 from services.simulator.packet.loop import run_events
 from services.simulator.paths import FlowRoutes, _Walker
 from services.simulator.spec import LoadBalancingMode
@@ -357,8 +358,6 @@ class _Arrays:
 
     def _push(self, time_ps: int, kind: int, arg: int) -> None:
         # Python-side push for the initial events (sift-up as in the compiled heap).
-        from services.simulator.packet.heap import heap_push
-
         self.sc[L.SC_HEAP] = heap_push(
             self.h_time, self.h_kind, self.h_arg, int(self.sc[L.SC_HEAP]), time_ps, kind, arg
         )
@@ -370,26 +369,26 @@ class _Arrays:
             old = getattr(self, name)
             setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
 
+    def _extend_free_list(self, next_slot: np.ndarray, head: int, count: int) -> np.ndarray:
+        """Double a pool whose free slots are chained through `next_slot`: the new slots go in front
+        of the remaining free list (whose head and length are sc[head] and sc[count])."""
+        old = len(next_slot)
+        extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
+        extra[-1] = self.sc[head]
+        self.sc[head] = old
+        self.sc[count] += old
+        return np.concatenate([next_slot, extra])
+
     def grow_packets(self) -> None:
-        old = len(self.p_flow)
         for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
-        extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
-        extra[-1] = self.sc[L.SC_FREE]  # new slots in front of the remaining free list
-        self.p_next = np.concatenate([self.p_next, extra])
-        self.sc[L.SC_FREE] = old
-        self.sc[L.SC_FREE_COUNT] += old
+        self.p_next = self._extend_free_list(self.p_next, L.SC_FREE, L.SC_FREE_COUNT)
 
     def grow_slots(self) -> None:
-        old = len(self.rob_next)
         self.rob_bits = np.concatenate([self.rob_bits, np.zeros_like(self.rob_bits)])
         self.rob_lost = np.concatenate([self.rob_lost, np.zeros_like(self.rob_lost)])
-        extra = np.arange(old + 1, 2 * old + 1, dtype=np.int32)
-        extra[-1] = self.sc[L.SC_ROB_FREE]
-        self.rob_next = np.concatenate([self.rob_next, extra])
-        self.sc[L.SC_ROB_FREE] = old
-        self.sc[L.SC_ROB_FREE_COUNT] += old
+        self.rob_next = self._extend_free_list(self.rob_next, L.SC_ROB_FREE, L.SC_ROB_FREE_COUNT)
         self.f_fl_ch = np.concatenate([self.f_fl_ch, np.full_like(self.f_fl_ch, -1)])
         self.f_fl_node = np.concatenate([self.f_fl_node, np.full_like(self.f_fl_node, -1)])
         self.f_fl_last = np.concatenate([self.f_fl_last, np.zeros_like(self.f_fl_last)])

@@ -98,25 +98,26 @@ __all__ = ["run_events"]
 
 
 @njit(cache=True)
-def _random_below(rng: np.ndarray, n: int) -> int:
-    """xorshift64* step; a uniform integer in [0, n)."""
+def _next_random(rng: np.ndarray) -> np.uint64:
+    """One xorshift64* step of the run's generator: 64 random bits."""
     x = rng[0]
     x ^= x >> np.uint64(12)
     x ^= x << np.uint64(25)
     x ^= x >> np.uint64(27)
     rng[0] = x
-    return int((x * np.uint64(2685821657736338717)) >> np.uint64(33)) % n
+    return x * np.uint64(2685821657736338717)
+
+
+@njit(cache=True)
+def _random_below(rng: np.ndarray, n: int) -> int:
+    """A uniform integer in [0, n)."""
+    return int(_next_random(rng) >> np.uint64(33)) % n
 
 
 @njit(cache=True)
 def _uniform(rng: np.ndarray) -> float:
-    """xorshift64* step; a uniform float in [0, 1)."""
-    x = rng[0]
-    x ^= x >> np.uint64(12)
-    x ^= x << np.uint64(25)
-    x ^= x >> np.uint64(27)
-    rng[0] = x
-    return float((x * np.uint64(2685821657736338717)) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    """A uniform float in [0, 1) (53 random bits)."""
+    return float(_next_random(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
 @njit(cache=True)
@@ -602,6 +603,13 @@ def run_events(
         sc[SC_DROPPED] += 1
         lose(p, now)
 
+    def injected_loss(f, p):
+        # The test hook: packet PR_DROP_PSN of flow PR_DROP_FLOW is lost, once.
+        if f != drop_flow or p_seq[p] != pr[PR_DROP_PSN] or sc[SC_INJECTED_DROP_DONE] != 0:
+            return False
+        sc[SC_INJECTED_DROP_DONE] = 1
+        return True
+
     def enqueue(c, p, now):
         if pfc:
             ingress = p_in[p]
@@ -719,13 +727,7 @@ def run_events(
             p = arg
             arrived_on = p_ch[p]
             f = p_flow[p]
-            if ch_loss_kind[arrived_on] != 0 and corrupted(arrived_on, p, now):
-                ch_rcv_errors[arrived_on] += 1
-                sc[SC_CORRUPTED] += 1
-                lose(p, now)
-                continue
-            if f == drop_flow and p_seq[p] == pr[PR_DROP_PSN] and sc[SC_INJECTED_DROP_DONE] == 0:
-                sc[SC_INJECTED_DROP_DONE] = 1  # the test hook: this one packet is lost, once
+            if (ch_loss_kind[arrived_on] != 0 and corrupted(arrived_on, p, now)) or injected_loss(f, p):
                 ch_rcv_errors[arrived_on] += 1
                 sc[SC_CORRUPTED] += 1
                 lose(p, now)
