@@ -29,17 +29,17 @@ REFERENCE_BYTES = 10_000_000
 PAYLOAD, FRAMING = 1472, 30
 
 
-def _reference_spec(snapshot, mode: str) -> dict:
+def _reference_spec(snapshot, mode: str, shift: int = 1) -> dict:
     hosts = [snapshot.node_names[h] for h in snapshot.host_nodes]
     flows = [
-        {"source": hosts[i], "destination": hosts[(i + 1) % len(hosts)], "size_bytes": REFERENCE_BYTES}
+        {"source": hosts[i], "destination": hosts[(i + shift) % len(hosts)], "size_bytes": REFERENCE_BYTES}
         for i in range(len(hosts))
     ]
     return {
         "fabric": snapshot.fabric,
         "fidelity": "PACKET",
         "jobs": [{"collective": "POINT_TO_POINT", "flows": flows}],
-        "load_balancing": {"mode": mode, "spray_random": True, "seed": 1},
+        "load_balancing": {"mode": mode, "spray_random": mode == "SPRAY", "seed": 1},
         "mtu_bytes": PAYLOAD,
         "header_bytes": FRAMING,
         "buffer_bytes": 100 * (PAYLOAD + FRAMING),  # ns-3's default DropTail queue: 100 packets
@@ -117,6 +117,54 @@ def reference_spray() -> dict:
     if "ns3_skipped" in ns3:
         figures["ns3_skipped"] = ns3["ns3_skipped"]
     return figures
+
+
+def _timed_reference(snapshot, mode: str, shift: int, **settings) -> tuple[float, object]:
+    start = time.perf_counter()
+    outcome = run_simulation({**_reference_spec(snapshot, mode, shift), **settings}, snapshot)
+    return time.perf_counter() - start, outcome
+
+
+@benchmark("engine.reference.spray.pfc_dcqcn")
+def reference_spray_pfc_dcqcn() -> dict:
+    """The reference scenario with PFC and ECN/DCQCN on, against the same run without them (same
+    process, back to back). Kmax is set to 100 KB so that marking reaches Pmax inside the 150 KB
+    port buffer; everything else is the defaults. Spraying leaves no queue to mark or pause: this
+    measures what the mechanisms cost when idle; the ECMP variant below, when they act."""
+    return _pfc_dcqcn("SPRAY", 1)
+
+
+@benchmark("engine.reference.ecmp_cross_pod.pfc_dcqcn")
+def reference_ecmp_cross_pod_pfc_dcqcn() -> dict:
+    """The reference scenario's flows shifted by a pod (host i -> i + 16) under ECMP: every flow
+    leaves its pod and hash collisions build queues, so ports pause, packets are marked and senders
+    are paced (the reference itself never congests: most of its flows stay under one leaf)."""
+    return _pfc_dcqcn("ECMP", 16)
+
+
+def _pfc_dcqcn(mode: str, shift: int) -> dict:
+    _warm_up()
+    snapshot = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+    plain_wall, plain = _timed_reference(snapshot, mode, shift)
+    settings = {"pfc": True, "dcqcn": True, "ecn_kmax_bytes": 100_000}
+    wall, outcome = _timed_reference(snapshot, mode, shift, **settings)
+    packets, plain_packets = outcome.packets.delivered, plain.packets.delivered
+    counters = outcome.packets.counters
+    return {
+        "packets_per_s": round(packets / wall),
+        "plain_packets_per_s": round(plain_packets / plain_wall),
+        "ratio_to_plain": round((packets / wall) / (plain_packets / plain_wall), 3),
+        "packets": packets,
+        "engine_wall_s": round(wall, 3),
+        "events": outcome.events,
+        "completion_s": outcome.makespan_ns / 1e9,
+        "plain_completion_s": plain.makespan_ns / 1e9,
+        "dropped_packets": outcome.packets.dropped,
+        "plain_dropped_packets": plain.packets.dropped,
+        "pause_frames": int(outcome.channels.pause_frames.sum()),
+        "ecn_marked_packets": counters["ecn_marked_packets"],
+        "cnp_sent": counters["cnp_sent"],
+    }
 
 
 def _allreduce_k16(mode: str) -> dict:

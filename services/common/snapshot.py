@@ -277,6 +277,7 @@ class FabricSnapshot:
     link_port_a: np.ndarray | None = None  # int32 [L] (needed by encoding 2)
     link_port_b: np.ndarray | None = None  # int32 [L]
     route_table: RouteTable | None = None  # encoding 2
+    reroute_seconds: float = 0.0  # a what-if snapshot: measured time of its route recompute
 
     @property
     def route_encoding(self) -> int:
@@ -360,6 +361,7 @@ class FabricSnapshot:
             node_names=self.node_names,
             link_names=self.link_names,
             route_encoding=self.route_encoding,
+            reroute_seconds=self.reroute_seconds,
         )
         for name in _ARRAY_FIELDS + _OPTIONAL_ARRAYS:
             if getattr(self, name) is not None:
@@ -390,6 +392,7 @@ class FabricSnapshot:
             node_names=list(message.node_names),
             link_names=list(message.link_names),
             route_table=table,
+            reroute_seconds=message.reroute_seconds,
             **arrays,
             **optional,
         )

@@ -33,10 +33,13 @@ double binary tree and 0 elsewhere. S is the job's `size_bytes`; n its ranks.
   point-to-point sends), in `chunks` pieces, in order per connection.
 - Broadcast from rank 0 (NCCL's ring broadcast): a pipeline 0 -> 1 -> ... -> n-1; rank r forwards
   chunk k once it has arrived from rank r-1, in order on its connection.
+- SHARP AllReduce (in-network reduction through switches): sharp.py, which builds on
+  `RankTransfers`, `dependency_edges` and `repeat_iterations` here.
 
 `chunks` 0 means the algorithm's default (`pipeline_chunks`): 1 for rings, halving-doubling and
 AllToAll; for the tree and broadcast pipelines one chunk per MiB of what one pipeline carries
-(S/2 per tree, S for broadcast), rounded up, at least 1 and at most 64.
+(S/2 per tree, S for broadcast), rounded up, at least 1 and at most 64; for SHARP one chunk per
+4 KiB of S (an InfiniBand MTU), at most 256 (why finer: sharp.py).
 
 Iterations: a ring's steps simply continue. Every other algorithm repeats its one-iteration
 DAG: a connection sends in order across iterations (its first transfer of iteration i+1 waits
@@ -56,18 +59,25 @@ from services.simulator.spec import Algorithm, Collective, JobSpec
 
 __all__ = [
     "MAX_PIPELINE_CHUNKS",
+    "MAX_SHARP_CHUNKS",
     "PIPELINE_CHUNK_BYTES",
     "RING_COLLECTIVES",
+    "SHARP_CHUNK_BYTES",
     "JobTransfers",
+    "RankTransfers",
     "collective_transfers",
+    "dependency_edges",
     "double_binary_tree",
     "pipeline_chunks",
+    "repeat_iterations",
     "ring_steps",
     "split_bytes",
 ]
 
 PIPELINE_CHUNK_BYTES = 1 << 20
 MAX_PIPELINE_CHUNKS = 64
+SHARP_CHUNK_BYTES = 4096
+MAX_SHARP_CHUNKS = 256
 RING_COLLECTIVES = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER)
 
 
@@ -87,11 +97,14 @@ class JobTransfers:
     connection: np.ndarray  # int64 [T], job-local connection id (QP numbers hash it)
     release_ns: np.ndarray  # int64 [T]
     edges: np.ndarray  # int64 [E, 3]: (prerequisite, dependent, 1 if it must have arrived else 0)
+    # int64 [T]: the one channel a hop between neighbouring nodes crosses (SHARP's tree), -1 where
+    # the transfer is routed between hosts; None: every transfer is routed (see workload.py).
+    channel: np.ndarray | None = None
 
 
 @dataclasses.dataclass
-class _RankTransfers:
-    """One iteration of a collective, in ranks."""
+class RankTransfers:
+    """One iteration of a collective, in ranks (SHARP: in nodes of its aggregation tree)."""
 
     sizes: np.ndarray  # int64 [T]
     source: np.ndarray  # int64 [T], rank
@@ -100,7 +113,8 @@ class _RankTransfers:
     edges: np.ndarray  # int64 [E, 3]
 
 
-def _edges(prerequisite: np.ndarray, dependent: np.ndarray, needs_arrival: int) -> np.ndarray:
+def dependency_edges(prerequisite: np.ndarray, dependent: np.ndarray, needs_arrival: int) -> np.ndarray:
+    """int64 [E, 3] edges (prerequisite, dependent, needs_arrival) of two broadcast index arrays."""
     prerequisite, dependent = np.broadcast_arrays(np.asarray(prerequisite), np.asarray(dependent))
     flag = np.full(prerequisite.shape, needs_arrival)
     return np.stack([prerequisite.ravel(), dependent.ravel(), flag.ravel()], axis=1).astype(np.int64)
@@ -110,6 +124,8 @@ def pipeline_chunks(job: JobSpec) -> int:
     """Chunks the job's pipeline uses: `job.chunks`, or the algorithm's default when it is 0."""
     if job.chunks > 0:
         return job.chunks
+    if job.algorithm == Algorithm.SHARP:
+        return int(min(MAX_SHARP_CHUNKS, max(1, -(-job.size_bytes // SHARP_CHUNK_BYTES))))
     if job.collective == Collective.ALL_REDUCE and job.algorithm == Algorithm.DOUBLE_BINARY_TREE:
         carried = -(-job.size_bytes // 2)
     elif job.collective == Collective.BROADCAST:
@@ -173,7 +189,7 @@ def double_binary_tree(n: int) -> np.ndarray:
     return np.stack([heap_parent, np.where(mirrored >= 0, n - 1 - mirrored, -1)])
 
 
-def _tree(n: int, size: int, chunks: int) -> _RankTransfers:
+def _tree(n: int, size: int, chunks: int) -> RankTransfers:
     """Double binary tree AllReduce: blocks of (chunk, tree), each its reduce then its broadcast."""
     m = n - 1  # transfers per chunk, tree and direction
     # A block in heap positions: m up-sends, deepest first (from position n-1 down to 1), then m
@@ -185,9 +201,11 @@ def _tree(n: int, size: int, chunks: int) -> _RankTransfers:
     inner = parent >= 1
     template = np.concatenate(
         [
-            _edges(up_from[inner], n - 1 - parent[inner], 1),  # up once every child's chunk arrived
-            _edges(up_from[~inner][:, None], down_to[~inner][None, :], 1),  # root: reduce -> broadcast
-            _edges(m + parent[inner] - 1, down_to[inner], 1),  # forward down once it arrived
+            dependency_edges(up_from[inner], n - 1 - parent[inner], 1),  # up once every child's chunk arrived
+            dependency_edges(
+                up_from[~inner][:, None], down_to[~inner][None, :], 1
+            ),  # root: reduce -> broadcast
+            dependency_edges(m + parent[inner] - 1, down_to[inner], 1),  # forward down once it arrived
         ]
     )
     sender = np.r_[child[::-1], parent]  # heap positions, in block order
@@ -202,12 +220,12 @@ def _tree(n: int, size: int, chunks: int) -> _RankTransfers:
     sizes = np.repeat(split_bytes(half, chunks, chunk), 2 * m)
     shifted = (template[None, :, :] + (block * 2 * m)[:, None, None] * np.array([1, 1, 0])).reshape(-1, 3)
     later = np.arange(4 * m, 4 * m * chunks)  # chunk k >= 1: in order after chunk k-1 per connection
-    edges = np.concatenate([shifted, _edges(later - 4 * m, later, 0)])
+    edges = np.concatenate([shifted, dependency_edges(later - 4 * m, later, 0)])
     connection = (np.repeat(tree, 2 * m) * n + source) * n + destination
-    return _RankTransfers(sizes, source, destination, connection, edges)
+    return RankTransfers(sizes, source, destination, connection, edges)
 
 
-def _halving_doubling(n: int, size: int) -> _RankTransfers:
+def _halving_doubling(n: int, size: int) -> RankTransfers:
     """Recursive halving (reduce-scatter) then doubling (all-gather); transfer index (step, rank)."""
     levels = n.bit_length() - 1
     t = np.arange(2 * levels * n, dtype=np.int64)
@@ -224,14 +242,16 @@ def _halving_doubling(n: int, size: int) -> _RankTransfers:
     previous_distance = distance[later - n]
     edges = np.concatenate(
         [
-            _edges((step[later] - 1) * n + (rank[later] ^ previous_distance), later, 1),  # partner's data
-            _edges(later - n, later, 0),  # own previous send has left (sendrecv per step)
+            dependency_edges(
+                (step[later] - 1) * n + (rank[later] ^ previous_distance), later, 1
+            ),  # partner's data
+            dependency_edges(later - n, later, 0),  # own previous send has left (sendrecv per step)
         ]
     )
-    return _RankTransfers(sizes, rank, partner, rank * n + partner, edges)
+    return RankTransfers(sizes, rank, partner, rank * n + partner, edges)
 
 
-def _all_to_all(n: int, size: int, chunks: int) -> _RankTransfers:
+def _all_to_all(n: int, size: int, chunks: int) -> RankTransfers:
     """Every rank to every other rank at once; transfer index (chunk, rank, peer offset)."""
     per_chunk = n * (n - 1)
     t = np.arange(chunks * per_chunk, dtype=np.int64)
@@ -239,21 +259,26 @@ def _all_to_all(n: int, size: int, chunks: int) -> _RankTransfers:
     peer = (rank + offset) % n
     sizes = split_bytes(split_bytes(np.full(len(t), size), n, peer), chunks, chunk)
     later = t[chunk > 0]
-    return _RankTransfers(sizes, rank, peer, rank * n + peer, _edges(later - per_chunk, later, 0))
+    return RankTransfers(sizes, rank, peer, rank * n + peer, dependency_edges(later - per_chunk, later, 0))
 
 
-def _broadcast(n: int, size: int, chunks: int) -> _RankTransfers:
+def _broadcast(n: int, size: int, chunks: int) -> RankTransfers:
     """Ring pipeline from rank 0; transfer index (chunk, sending rank)."""
     t = np.arange(chunks * (n - 1), dtype=np.int64)
     chunk, rank = t // (n - 1), t % (n - 1)
     sizes = split_bytes(np.full(len(t), size), chunks, chunk)
     forwarded, later = t[rank > 0], t[chunk > 0]
-    edges = np.concatenate([_edges(forwarded - 1, forwarded, 1), _edges(later - (n - 1), later, 0)])
-    return _RankTransfers(sizes, rank, rank + 1, rank * n + rank + 1, edges)
+    edges = np.concatenate(
+        [dependency_edges(forwarded - 1, forwarded, 1), dependency_edges(later - (n - 1), later, 0)]
+    )
+    return RankTransfers(sizes, rank, rank + 1, rank * n + rank + 1, edges)
 
 
-def _repeat(one: _RankTransfers, n: int, iterations: int) -> _RankTransfers:
-    """`iterations` copies of one iteration, chained per connection (see the module doc)."""
+def repeat_iterations(one: RankTransfers, n: int, iterations: int) -> RankTransfers:
+    """`iterations` copies of one iteration, chained per connection (see the module doc).
+
+    Connections must be numbered (channel * n + source) * n + destination over `n` endpoints.
+    """
     if iterations == 1:
         return one
     count = len(one.sizes)
@@ -263,14 +288,14 @@ def _repeat(one: _RankTransfers, n: int, iterations: int) -> _RankTransfers:
     _, from_end = np.unique(one.connection[::-1], return_index=True)
     last = count - 1 - from_end
     previous = (np.arange(iterations - 1) * count)[:, None]
-    in_order = _edges(previous + last, previous + count + first, 0)
+    in_order = dependency_edges(previous + last, previous + count + first, 0)
     roots = np.flatnonzero(np.bincount(one.edges[:, 1], minlength=count) == 0)
     channel, source = one.connection[roots] // (n * n), one.connection[roots] // n % n
     reverse = (channel * n + one.connection[roots] % n) * n + source
     slot = np.searchsorted(connections, reverse).clip(max=len(connections) - 1)
     found = connections[slot] == reverse
-    handshake = _edges(previous + last[slot[found]], previous + count + roots[found], 1)
-    return _RankTransfers(
+    handshake = dependency_edges(previous + last[slot[found]], previous + count + roots[found], 1)
+    return RankTransfers(
         sizes=np.tile(one.sizes, iterations),
         source=np.tile(one.source, iterations),
         destination=np.tile(one.destination, iterations),
@@ -301,7 +326,7 @@ def collective_transfers(hosts: np.ndarray, job: JobSpec) -> tuple[JobTransfers,
         one, steps = _halving_doubling(n, job.size_bytes), 2 * (n.bit_length() - 1)
     else:  # pragma: no cover - validate_spec refuses every other combination
         raise AssertionError(f"no generator for {job.collective} by {job.algorithm}")
-    many = _repeat(one, n, max(1, job.iterations))
+    many = repeat_iterations(one, n, max(1, job.iterations))
     return (
         JobTransfers(
             sizes=many.sizes.astype(np.int64),

@@ -12,7 +12,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2
 
 from services.common.errors import InvalidArgument, status_code_number
 from services.simulator import spec as domain
-from services.simulator.faults import FaultKind, FaultSpec
+from services.simulator.faults import FaultKind, FaultSpec, RerouteModel
 from services.simulator.registry import SimulationRecord
 from services.simulator.results import SimulationOutcome
 from services.simulator.series import ChannelSeries
@@ -74,23 +74,6 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
     Transport settings the engines do not model yet are refused, not ignored.
     """
     roce = message.roce
-    unsupported = [
-        name
-        for name in (
-            "dcqcn",
-            "ecn_kmin_bytes",
-            "ecn_kmax_bytes",
-            "ecn_pmax",
-        )
-        if getattr(roce, name)
-    ]
-    if unsupported:
-        raise InvalidArgument(
-            f"spec.roce.{unsupported[0]}",
-            "ECN/DCQCN arrives with the rest of issue #5; leave it unset",
-        )
-    if message.HasField("infiniband") and message.infiniband != simulation_pb2.InfinibandConfig():
-        raise InvalidArgument("spec.infiniband", "InfiniBand credits arrive with issue #5; leave it unset")
     load_balancing = None
     if message.HasField("load_balancing"):
         lb = message.load_balancing
@@ -153,6 +136,21 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
         pfc_xon_bytes=roce.pfc_xon_bytes,
         pfc_headroom_bytes=roce.pfc_headroom_bytes,
         retransmit_timeout_ns=roce.retransmit_timeout_ns,
+        dcqcn=roce.dcqcn,
+        ecn_kmin_bytes=roce.ecn_kmin_bytes,
+        ecn_kmax_bytes=roce.ecn_kmax_bytes,
+        ecn_pmax=roce.ecn_pmax,
+        dcqcn_g=roce.dcqcn_g,
+        cnp_interval_ns=roce.cnp_interval_ns,
+        alpha_timer_ns=roce.alpha_timer_ns,
+        rate_increase_timer_ns=roce.rate_increase_timer_ns,
+        byte_counter_bytes=roce.byte_counter_bytes,
+        fast_recovery_stages=roce.fast_recovery_stages,
+        rate_ai_mbps=roce.rate_ai_mbps,
+        rate_hai_mbps=roce.rate_hai_mbps,
+        min_rate_mbps=roce.min_rate_mbps,
+        virtual_lanes=message.infiniband.virtual_lanes,
+        vl_buffer_bytes=message.infiniband.vl_buffer_bytes,
     )
 
 
@@ -168,6 +166,14 @@ def _fault_from_proto(index: int, fault: simulation_pb2.Fault) -> FaultSpec:
         bad_loss=fault.bad_loss,
         p_good_to_bad=fault.p_good_to_bad,
         p_bad_to_good=fault.p_bad_to_good,
+        reroute=_enum(
+            RerouteModel,
+            simulation_pb2.RerouteModel,
+            fault.reroute,
+            "REROUTE_MODEL_",
+            f"spec.faults[{index}].reroute",
+        ),
+        reroute_delay_ns=fault.reroute_delay_ns,
     )
 
 
@@ -189,6 +195,7 @@ def _flow_results(outcome: SimulationOutcome, limit: int) -> list[simulation_pb2
                 finish_ns=int(flows.finish_ns[f]),
                 udp_source_port=int(flows.udp_source_port[f]),
                 links=links.tolist(),
+                **{name: int(values[f]) for name, values in flows.counters.items()},
             )
         )
     return results
@@ -214,6 +221,7 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
                 ranks=job.ranks,
                 flows=job.flows,
                 hosts=job.hosts,
+                **job.counters,
             )
             for job in outcome.jobs
         ],
@@ -235,6 +243,7 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
                 rcv_errors=int(channels.rcv_errors[i]) if channels.rcv_errors is not None else 0,
                 pause_frames=int(channels.pause_frames[i]) if channels.pause_frames is not None else 0,
                 pause_ns=int(channels.pause_ns[i]) if channels.pause_ns is not None else 0,
+                **{name: int(values[i]) for name, values in channels.counters.items()},
             )
             for i, c in enumerate(channels.channels)
         ],
@@ -273,6 +282,7 @@ def _packet_fields(outcome: SimulationOutcome) -> dict[str, Any]:
         "retransmit_timeouts": stats.timeouts,
         "corrupted_packets": stats.corrupted,
         "discarded_packets": stats.discarded,
+        **stats.counters,
     }
 
 

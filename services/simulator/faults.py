@@ -6,7 +6,11 @@
 - GILBERT_ELLIOTT: a marginal transceiver's bursty loss: per packet the link moves good -> bad with
   `p_good_to_bad` and bad -> good with `p_bad_to_good`, then loses the packet with the state's loss
   probability (`good_loss`, `bad_loss`).
-- LINK_DOWN (a link going down and the routing reaction) is refused until the rest of issue #5.
+- LINK_DOWN: the link goes down at `start_ns` (packets on its wire and in its queues are lost,
+  LinkDownedCounter counts it, packets routed to it are discarded: PortXmitDiscards) and comes back
+  at `end_ns` (0: stays down). The routing reaction (`reroute`: SUBNET_MANAGER, ROUTING_PROTOCOL
+  or FAST_RECOVERY) installs routes recomputed without the link after its delay
+  (services.simulator.transport), and routes with it again the same delay after it comes back.
 
 Go-Back-N (RoCEv2 reliable connection) is on when `window_bytes` > 0: the sender keeps at most
 ceil(window_bytes / mtu) packets unacknowledged, the receiver keeps only the packet it expects and
@@ -22,7 +26,14 @@ import enum
 from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 
-__all__ = ["DEFAULT_RETRANSMIT_TIMEOUT_NS", "FaultKind", "FaultSpec", "resolve_link", "validate_faults"]
+__all__ = [
+    "DEFAULT_RETRANSMIT_TIMEOUT_NS",
+    "FaultKind",
+    "FaultSpec",
+    "RerouteModel",
+    "resolve_link",
+    "validate_faults",
+]
 
 DEFAULT_RETRANSMIT_TIMEOUT_NS = 100_000
 
@@ -31,6 +42,12 @@ class FaultKind(enum.StrEnum):
     BIT_ERRORS = "BIT_ERRORS"
     GILBERT_ELLIOTT = "GILBERT_ELLIOTT"
     LINK_DOWN = "LINK_DOWN"
+
+
+class RerouteModel(enum.StrEnum):
+    SUBNET_MANAGER = "SUBNET_MANAGER"
+    ROUTING_PROTOCOL = "ROUTING_PROTOCOL"
+    FAST_RECOVERY = "FAST_RECOVERY"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +63,8 @@ class FaultSpec:
     bad_loss: float = 0.0
     p_good_to_bad: float = 0.0
     p_bad_to_good: float = 0.0
+    reroute: RerouteModel | None = None  # LINK_DOWN only
+    reroute_delay_ns: int = 0  # 0: the model's default
 
 
 def _probability(value: float, field: str) -> None:
@@ -53,20 +72,30 @@ def _probability(value: float, field: str) -> None:
         raise InvalidArgument(field, f"a probability must be in [0, 1], got {value}")
 
 
-def validate_faults(faults: tuple[FaultSpec, ...]) -> None:
+def validate_faults(faults: tuple[FaultSpec, ...], time_limit_ns: int = 0) -> None:
     """What can be judged without the fabric; names `faults[i].<field>`."""
     for i, fault in enumerate(faults):
         field = f"faults[{i}]"
         if not fault.link:
             raise InvalidArgument(f"{field}.link", "required (a link name or index)")
         if fault.kind is None:
-            raise InvalidArgument(f"{field}.kind", "required (BIT_ERRORS or GILBERT_ELLIOTT)")
+            raise InvalidArgument(f"{field}.kind", "required (BIT_ERRORS, GILBERT_ELLIOTT or LINK_DOWN)")
         if fault.kind == FaultKind.LINK_DOWN:
-            raise InvalidArgument(
-                f"{field}.kind", "LINK_DOWN (and the routing reaction) arrives with the rest of issue #5"
-            )
+            if fault.reroute is None:
+                raise InvalidArgument(
+                    f"{field}.reroute",
+                    "LINK_DOWN needs the routing reaction: SUBNET_MANAGER, ROUTING_PROTOCOL or FAST_RECOVERY",
+                )
+        elif fault.reroute is not None or fault.reroute_delay_ns:
+            raise InvalidArgument(f"{field}.reroute", f"applies to LINK_DOWN only, not {fault.kind.value}")
+        if fault.reroute_delay_ns < 0:
+            raise InvalidArgument(f"{field}.reroute_delay_ns", "must not be negative")
         if fault.start_ns < 0 or fault.end_ns < 0:
             raise InvalidArgument(f"{field}.start_ns", "times must not be negative")
+        if time_limit_ns and fault.start_ns >= time_limit_ns:
+            raise InvalidArgument(
+                f"{field}.start_ns", f"{fault.start_ns} is outside the run (time_limit_ns={time_limit_ns})"
+            )
         if fault.end_ns and fault.end_ns <= fault.start_ns:
             raise InvalidArgument(
                 f"{field}.end_ns", f"must be after start_ns={fault.start_ns} (or 0: no end)"

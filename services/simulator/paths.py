@@ -13,6 +13,10 @@ Channels of links that are DOWN are left out of every group, as a switch would. 
 route is FailedPrecondition naming the two hosts. The result is a CSR of (channel, fraction) per
 flow plus the flow's one-way latency: link latencies plus `switch_latency_ns` per switch crossed
 (with a split, the slowest of its paths).
+
+Flows pinned to one channel (`Workload.flow_channel`: SHARP's hops between neighbouring tree
+nodes, see sharp.py) are not routed: whatever the mode, each gets a row of its one channel, with
+that hop's latency, after the rows of the routed flows.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from services.simulator.workload import Workload
 __all__ = [
     "FlowRoutes",
     "flow_outcomes",
+    "hop_latency_ns",
     "pin_flows_by_hash",
     "route_workload",
     "split_flows_evenly",
@@ -70,10 +75,7 @@ class _Walker:
         # A slice [a, a+n) of the snapshot's channels is [kept_before[a], kept_before[a+n]) here.
         self._kept_before = np.zeros(len(channels) + 1, dtype=np.int64)
         np.cumsum(keep, out=self._kept_before[1:])
-        is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
-        self.hop_ns = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2) + np.where(
-            is_switch[self.target], switch_latency_ns, 0
-        )
+        self.hop_ns = hop_latency_ns(snapshot, switch_latency_ns)
 
     def groups(self, nodes: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start, size = self.snapshot.route_groups(nodes, destinations)
@@ -92,6 +94,14 @@ class _Walker:
 
     def looping(self, sources: np.ndarray, destinations: np.ndarray) -> FailedPrecondition:
         return FailedPrecondition(f"the routes loop {self._pair(sources, destinations)}")
+
+
+def hop_latency_ns(snapshot: FabricSnapshot, switch_latency_ns: int) -> np.ndarray:
+    """int64 [2L]: each channel's link latency, plus `switch_latency_ns` when it arrives at a switch."""
+    is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
+    arrives_at_switch = is_switch[snapshot.channel_target()]
+    latency = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2)
+    return latency + np.where(arrives_at_switch, switch_latency_ns, 0)
 
 
 def _csr(flow: np.ndarray, channel: np.ndarray, fraction: np.ndarray, count: int) -> tuple:
@@ -224,15 +234,48 @@ def route_workload(
     """Route every flow of a workload; returns the routes and each flow's row in them.
 
     Flows with the same header fields (every step of a connection's QP) share one row: ECMP
-    gives them the same path, which is what pins sequential flowlets.
+    gives them the same path, which is what pins sequential flowlets. Flows pinned to a channel
+    share one row per channel, after the routed rows.
     """
+    pinned = workload.pinned_channel >= 0
+    if pinned.all():
+        routed = FlowRoutes(
+            np.zeros(1, dtype=np.int64), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64), True
+        )
+        flow_route = np.zeros(workload.flow_count, dtype=np.int64)
+    else:
+        routed, flow_route = _route_between_hosts(
+            load_balancing, snapshot, workload, None if not pinned.any() else ~pinned, switch_latency_ns
+        )
+    if not pinned.any():
+        return routed, flow_route
+    channels, row = np.unique(workload.pinned_channel[pinned], return_inverse=True)
+    flow_route[pinned] = len(routed.latency_ns) + row.reshape(-1)
+    routes = FlowRoutes(
+        offsets=np.r_[routed.offsets, routed.offsets[-1] + np.arange(1, len(channels) + 1)],
+        channels=np.r_[routed.channels, channels].astype(np.int32),
+        fractions=np.r_[routed.fractions, np.ones(len(channels))],
+        latency_ns=np.r_[routed.latency_ns, hop_latency_ns(snapshot, switch_latency_ns)[channels]],
+        pinned=routed.pinned,
+    )
+    return routes, flow_route
+
+
+def _route_between_hosts(
+    load_balancing: LoadBalancingSpec,
+    snapshot: FabricSnapshot,
+    workload: Workload,
+    which: np.ndarray | None,
+    switch_latency_ns: int,
+) -> tuple[FlowRoutes, np.ndarray]:
+    """Routes of the flows selected by `which` (bool [F]; None: all); the others get row 0 here."""
     if load_balancing.mode == LoadBalancingMode.ECMP:
         columns = [workload.flow_source, workload.flow_destination, workload.flow_source_port]
         if load_balancing.hash_destination_qp:
             columns.append(workload.flow_destination_qp)
     else:
         columns = [workload.flow_source, workload.flow_destination]
-    keys, flow_route = unique_rows(columns)
+    keys, rows = unique_rows(columns if which is None else [column[which] for column in columns])
     if load_balancing.mode == LoadBalancingMode.ECMP:
         routes = pin_flows_by_hash(
             snapshot,
@@ -247,6 +290,10 @@ def route_workload(
         )
     else:
         routes = split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
+    if which is None:
+        return routes, rows
+    flow_route = np.zeros(len(which), dtype=np.int64)
+    flow_route[which] = rows
     return routes, flow_route
 
 
@@ -258,12 +305,20 @@ def flow_outcomes(
     finish_ns: np.ndarray,
     host_names: list[str],
 ) -> FlowOutcomes:
-    """Per-flow results of either engine; links per route only where each flow had one path."""
+    """Per-flow results of either engine; links per route only where each flow had one path
+    (ECMP, and flows pinned to a channel).
+
+    Endpoint names are the hosts', then (SHARP) every node's: endpoint num_hosts + node.
+    """
     if routes.pinned:
         path_offsets, path_links = routes.offsets, (routes.channels // 2).astype(np.int32)
     else:
+        one_path = np.zeros(len(routes.latency_ns), dtype=bool)
+        one_path[flow_route[workload.pinned_channel >= 0]] = True
+        counts = np.diff(routes.offsets) * one_path
         path_offsets = np.zeros(len(routes.offsets), dtype=np.int64)
-        path_links = np.zeros(0, dtype=np.int32)
+        np.cumsum(counts, out=path_offsets[1:])
+        path_links = (routes.channels[np.repeat(one_path, np.diff(routes.offsets))] // 2).astype(np.int32)
     return FlowOutcomes(
         job=workload.flow_job,
         source=workload.flow_source,
@@ -275,5 +330,7 @@ def flow_outcomes(
         route=flow_route,
         path_offsets=path_offsets,
         path_links=path_links,
-        host_names=host_names,
+        host_names=list(host_names) + list(workload.endpoint_names)
+        if workload.endpoint_names
+        else host_names,
     )

@@ -2,6 +2,8 @@
 
 - `SnapshotSource` fetches `StreamFabricSnapshot` from the topology service and caches snapshots by
   (fabric, routing_version); a cheap `GetFabric` tells whether the cached routing is current.
+  `what_if` fetches the routes with some links DOWN as the topology service recomputes them (the
+  stored fabric unchanged) with the measured reroute time, cached by (fabric, routing_version, links).
 - `export_series` writes a run's per-channel series to the telemetry service as a SIMULATED
   source: columns METRIC_TX_BYTES and METRIC_UTILISATION, plus METRIC_QUEUE_DEPTH_BYTES (mean per
   interval) and METRIC_DROPS at PACKET fidelity (all COUNTER_KIND_DELTA), one port per
@@ -31,13 +33,15 @@ ROWS_PER_BATCH = 50_000
 
 
 class SnapshotSource:
-    """Snapshots from the topology service, cached by (fabric, routing_version)."""
+    """Snapshots from the topology service, cached by (fabric, routing_version, down links)."""
 
     def __init__(self, address: str, auth_token: str = "", cache_size: int = 8) -> None:
         self._address = address
         self._metadata = auth_metadata(auth_token)
         self._channel: grpc.aio.Channel | None = None
-        self._cache: collections.OrderedDict[tuple[str, int], FabricSnapshot] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[tuple[str, int, tuple[int, ...]], FabricSnapshot] = (
+            collections.OrderedDict()
+        )
         self._cache_size = cache_size
 
     def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
@@ -47,26 +51,35 @@ class SnapshotSource:
 
     async def get(self, fabric: str) -> FabricSnapshot:
         """The current snapshot of `fabric`; NotFound / InvalidArgument name `spec.fabric`."""
+        return await self._fetch(fabric, (), "spec.fabric")
+
+    async def what_if(
+        self, fabric: str, down_links: tuple[int, ...], field: str = "spec.fabric"
+    ) -> tuple[FabricSnapshot, float]:
+        """(snapshot, reroute seconds): the routes of `fabric` with links `down_links` (indices) DOWN,
+        as the topology service's engine recomputes them incrementally, and the measured time of that
+        recompute (0.0 without links). The stored fabric is not changed. Errors name `field` (the
+        topology service's own message names `down_links[i]` for an unknown link)."""
+        snapshot = await self._fetch(fabric, tuple(sorted(set(down_links))), field)
+        return snapshot, snapshot.reroute_seconds
+
+    async def _fetch(self, fabric: str, down: tuple[int, ...], field: str) -> FabricSnapshot:
         stub = self._stub()
         try:
             current = await stub.GetFabric(
                 topology_pb2.GetFabricRequest(name=fabric), metadata=self._metadata
             )
-            key = (fabric, current.routing_version)
+            key = (fabric, current.routing_version, down)
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
             # Streamed in chunks, so that a snapshot of any size arrives (a k=32 fat-tree is ~16 MB).
-            chunks = [
-                part.data
-                async for part in stub.StreamFabricSnapshot(
-                    topology_pb2.StreamFabricSnapshotRequest(name=fabric), metadata=self._metadata
-                )
-            ]
+            request = topology_pb2.StreamFabricSnapshotRequest(name=fabric, down_links=down)
+            chunks = [part.data async for part in stub.StreamFabricSnapshot(request, metadata=self._metadata)]
         except grpc.aio.AioRpcError as exc:
-            raise domain_error(exc, f"topology ({self._address})", "spec.fabric") from exc
+            raise domain_error(exc, f"topology ({self._address})", field) from exc
         snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(b"".join(chunks)))
-        self._cache[(fabric, snapshot.routing_version)] = snapshot
+        self._cache[(fabric, snapshot.routing_version, down)] = snapshot
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return snapshot

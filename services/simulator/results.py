@@ -5,8 +5,10 @@
   AllToAll (n-1)/n, Broadcast and point-to-point 1), in Gb/s; with several iterations t is the
   mean time of one iteration.
 - Ideal completion (`ideal_completion_ns`): for rings the closed form on a non-blocking fabric at
-  the hosts' link rate; for every other collective a lower bound (bandwidth and critical path),
-  both with the same payload-rate assumption as the engine.
+  the hosts' link rate; for SHARP the streaming closed form (S over the tree's slowest link plus
+  the tree's latency); for every other collective a lower bound (bandwidth and critical path),
+  all with the same payload-rate assumption as the engine. busbw for SHARP is reported as
+  nccl-tests does (AllReduce factor), so it can exceed the link rate.
 - Per channel that carried traffic: bytes, mean utilisation over the makespan, peak utilisation
   in any sample interval, number of flows crossing it, tier.
 - Skew of the leaf->spine uplinks ("tier2": channels from a tier-1 to a tier-2 switch, of the
@@ -59,6 +61,8 @@ class JobOutcome:
     flows: int
     hosts: list[str]
     completed: bool
+    # PACKET fidelity: JobResult fields by name (retransmitted_packets, max_recovery_ns, ...).
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -89,6 +93,8 @@ class ChannelTotals:
     rcv_errors: np.ndarray | None = None  # int64 [C], packets lost to bit errors (PACKET fidelity)
     pause_frames: np.ndarray | None = None  # int64 [C], PFC PAUSEs received by its transmitter
     pause_ns: np.ndarray | None = None  # int64 [C], time its transmitter was paused
+    # PACKET fidelity: more per-port counters, by their LinkTotal field name (ecn_marked_packets, ...).
+    counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -106,6 +112,8 @@ class FlowOutcomes:
     path_offsets: np.ndarray  # int64 [R+1]
     path_links: np.ndarray  # int32 [P]
     host_names: list[str]
+    # PACKET fidelity: per-flow counters by their FlowResult field name (retransmitted_packets, ...).
+    counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -146,6 +154,8 @@ class PacketStats:
     timeouts: int = 0
     corrupted: int = 0  # lost to bit errors
     discarded: int = 0  # delivered to a Go-Back-N receiver that did not want them
+    # More totals by their SimulationResult field name (cnp_sent, ecn_marked_packets, ...).
+    counters: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def bus_factor(collective: Collective, ranks: int) -> float:
@@ -212,16 +222,19 @@ def critical_path_ns(
     flow_latency_ns: np.ndarray,
     up_bps: np.ndarray,
     down_bps: np.ndarray,
+    channel_bps: np.ndarray | None = None,
+    latency_only: bool = False,
 ) -> float:
     """Latest arrival (absolute ns) of transfers `first..stop-1` along their prerequisite chains.
 
     Each transfer costs its bytes over the slower of its source's uplink and its destination's
-    downlink (`up_bps`, `down_bps`: rate per host) once its prerequisites allow, plus its route
-    latency (the smallest of its non-empty QP flows', 1 ns short; none if it carries no bytes)
-    before it has arrived; a dependent that only waits for it to have *left* skips the latency.
-    Contention is ignored, so no run is faster: this is the critical-path half of the lower
-    bound. The range must hold whole jobs (edges stay inside it). One compiled pass in
-    topological order (O(transfers + edges)).
+    downlink (`up_bps`, `down_bps`: rate per host; a transfer pinned to one channel, a SHARP hop:
+    that channel's rate in `channel_bps`) once its prerequisites allow, plus its route latency
+    (the smallest of its non-empty QP flows', 1 ns short; none if it carries no bytes) before it
+    has arrived; a dependent that only waits for it to have *left* skips the latency. With
+    `latency_only` the bytes cost nothing: the chains' latency alone. Contention is ignored, so no
+    run is faster: this is the critical-path half of the lower bound. The range must hold whole
+    jobs (edges stay inside it). One compiled pass in topological order (O(transfers + edges)).
     """
     offsets = workload.transfer_flow_offsets[first : stop + 1]
     flows = slice(int(offsets[0]), int(offsets[-1]))
@@ -230,9 +243,17 @@ def critical_path_ns(
     cumulative = np.r_[0, np.cumsum(sizes)]
     transfer_bytes = (cumulative[local[1:]] - cumulative[local[:-1]]).astype(np.float64)
     head = offsets[:-1]  # first flow of each transfer: its source and destination hosts
-    rate = np.minimum(up_bps[workload.flow_source[head]], down_bps[workload.flow_destination[head]])
+    channel = workload.pinned_channel[head]
+    on_channel = channel >= 0  # its endpoints may be switches: their rate is the channel's
+    source = np.where(on_channel, 0, workload.flow_source[head])
+    destination = np.where(on_channel, 0, workload.flow_destination[head])
+    rate = np.minimum(up_bps[source], down_bps[destination])
+    if on_channel.any():
+        if channel_bps is None:
+            raise ValueError("transfers pinned to a channel need channel_bps")
+        rate = np.where(on_channel, channel_bps[np.maximum(channel, 0)], rate)
     with np.errstate(divide="ignore"):
-        send_ns = transfer_bytes * 8e9 / rate
+        send_ns = np.zeros(len(rate)) if latency_only else transfer_bytes * 8e9 / rate
     # Route latencies may come rounded up to whole ns (PACKET store-and-forward terms), so each
     # counts 1 ns short: a bound must not overshoot by a rounding per link of a long chain.
     latency = np.minimum.reduceat(
@@ -270,6 +291,11 @@ def ideal_completion_ns(
     link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
     Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency))
     and each host's total bytes over its link rate.
+    SHARP AllReduce, the streaming closed form: iterations x S * 8 / R over the slowest channel of
+    the tree R (each host link carries S up and S down, every switch reduces as the data passes),
+    plus the tree's latency (the critical path with no serialisation: the slowest host-to-root
+    path up, then root-to-host down, per iteration). Also a lower bound: the FLOW model's switches
+    store and forward whole chunks, which costs the pipeline's fill on top (see sharp.py).
     Every other collective (tree, halving-doubling, AllToAll, broadcast), a LOWER BOUND: the larger
     of the bandwidth bound (the busiest host link's bytes over its rate, either direction) and the
     critical-path bound (`critical_path_ns`). No FLOW run finishes earlier, on any fabric. At
@@ -296,6 +322,16 @@ def ideal_completion_ns(
         release = workload.transfer_release_ns[first] - plan.start_ns
         chain = release + plan.iterations * (transfer_bytes * 8e9 / rate + flow_latency_ns[qp0])
         return int(np.ceil(max(busiest, float(chain.max()))))
+    if plan.algorithm == Algorithm.SHARP:
+        transfers = np.flatnonzero(workload.transfer_job == job_index)  # one contiguous range
+        channel_bps = snapshot.channel_rate_bps().astype(np.float64) * payload_fraction
+        span = (int(transfers[0]), int(transfers[-1]) + 1)
+        tree_latency = critical_path_ns(
+            workload, *span, flow_latency_ns, up, down, channel_bps, latency_only=True
+        )
+        slowest = float(channel_bps[workload.pinned_channel[mine]].min())
+        streaming = plan.iterations * plan.size_bytes * 8e9 / slowest
+        return int(np.floor(streaming + tree_latency - plan.start_ns))
     if plan.collective not in RING_COLLECTIVES or plan.algorithm != Algorithm.RING:
         transfers = np.flatnonzero(workload.transfer_job == job_index)  # one contiguous range
         critical = critical_path_ns(

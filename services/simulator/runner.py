@@ -17,6 +17,7 @@ import numpy as np
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.flow_model import Cancelled, simulate_flows
+from services.simulator.link_faults import WhatIf
 from services.simulator.packet.outcome import run_packet_simulation
 from services.simulator.paths import flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
@@ -79,8 +80,9 @@ def run_simulation(
     spec: SimulationSpec | Mapping[str, Any],
     snapshot: FabricSnapshot,
     progress: Callable[[float], bool] | None = None,
+    what_if: WhatIf | None = None,
 ) -> SimulationOutcome:
-    """Simulate `spec` on `snapshot` at FLOW fidelity.
+    """Simulate `spec` on `snapshot` (FLOW, or PACKET with `what_if` routes for LINK_DOWN faults).
 
     `progress(fraction)` is called now and then; returning False cancels (raises Cancelled).
     Raises InvalidArgument / FailedPrecondition naming the offending field, host or link.
@@ -91,7 +93,7 @@ def run_simulation(
     validate_spec(spec)
     assert spec.load_balancing is not None
     if spec.fidelity == Fidelity.PACKET:
-        return run_packet_simulation(spec, snapshot, progress)
+        return run_packet_simulation(spec, snapshot, progress, what_if)
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
     run = simulate_flows(
@@ -159,7 +161,10 @@ def run_simulation(
 
 
 def run_in_worker(
-    spec: SimulationSpec, snapshot: FabricSnapshot, progress: Callable[[float], bool] | None = None
+    spec: SimulationSpec,
+    snapshot: FabricSnapshot,
+    progress: Callable[[float], bool] | None = None,
+    what_if: WhatIf | None = None,
 ) -> SimulationOutcome | WorkerFailure:
     """`run_simulation` for a worker process: domain errors come back as a WorkerFailure value.
 
@@ -169,7 +174,7 @@ def run_in_worker(
     try:
         if progress is not None and not progress(0.0):  # tells the service the run has started
             raise Cancelled()
-        return run_simulation(spec, snapshot, progress)
+        return run_simulation(spec, snapshot, progress, what_if)
     except Cancelled:
         return WorkerFailure("CANCELLED", "cancelled")
     except InvalidArgument as exc:  # fields of the spec, named as in the request

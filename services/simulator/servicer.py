@@ -26,6 +26,7 @@ from services.common.resources import (
 from services.common.snapshot import FabricSnapshot
 from services.common.workers import WorkerPool
 from services.simulator.convert import record_to_proto, series_to_protos, spec_from_proto
+from services.simulator.link_faults import WhatIf, down_sets
 from services.simulator.peers import SnapshotSource, export_series
 from services.simulator.progress import ProgressBoard, WorkerProgress
 from services.simulator.registry import SimulationRecord, SimulationRegistry, SimulationState
@@ -85,8 +86,13 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         parse_name(spec.fabric, "fabrics/{fabric}", "spec.fabric")
         snapshot = await self._snapshots.get(spec.fabric)
         _in_spec(lambda: place_jobs(spec, snapshot))
+        # LINK_DOWN faults: the routes with those links down, as the topology service recomputes them.
+        what_if = {
+            down: await self._snapshots.what_if(spec.fabric, down)
+            for down in _in_spec(lambda: down_sets(spec, snapshot))
+        }
         record = self._registry.create(name, request.spec, snapshot.routing_version)
-        task = asyncio.create_task(self._run(name, spec, snapshot))
+        task = asyncio.create_task(self._run(name, spec, snapshot, what_if))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return record_to_proto(record)
@@ -140,13 +146,13 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
             for message in series_to_protos(outcome.series, outcome.channels.display_names, i, i + 1):
                 yield message
 
-    async def _run(self, name: str, spec: SimulationSpec, snapshot: FabricSnapshot) -> None:
+    async def _run(self, name: str, spec: SimulationSpec, snapshot: FabricSnapshot, what_if: WhatIf) -> None:
         try:
             progress = await asyncio.to_thread(self._progress.new)
             self._running[name] = progress
             if self._registry.get(name).state.terminal:
                 return
-            work = asyncio.ensure_future(self._pool.run(run_in_worker, spec, snapshot, progress))
+            work = asyncio.ensure_future(self._pool.run(run_in_worker, spec, snapshot, progress, what_if))
             while not work.done():
                 await asyncio.wait({work}, timeout=POLL_SECONDS)
                 await self._show_progress(name, progress)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.simulator.faults import FaultKind, FaultSpec, validate_faults
+from services.simulator.faults import FaultKind, FaultSpec, RerouteModel, validate_faults
 
 __all__ = [
     "Algorithm",
@@ -146,6 +146,23 @@ class SimulationSpec:
     pfc_xoff_bytes: int = 0  # 0: 64 KiB
     pfc_xon_bytes: int = 0  # 0: half of XOFF
     pfc_headroom_bytes: int = 0  # 0: two round trips of the slowest link at its rate, plus two packets
+    # ECN marking and DCQCN (PACKET, RoCEv2); 0 means the default (services.simulator.transport).
+    dcqcn: bool = False
+    ecn_kmin_bytes: int = 0
+    ecn_kmax_bytes: int = 0
+    ecn_pmax: float = 0.0
+    dcqcn_g: float = 0.0
+    cnp_interval_ns: int = 0
+    alpha_timer_ns: int = 0
+    rate_increase_timer_ns: int = 0
+    byte_counter_bytes: int = 0
+    fast_recovery_stages: int = 0
+    rate_ai_mbps: float = 0.0
+    rate_hai_mbps: float = 0.0
+    min_rate_mbps: float = 0.0
+    # InfiniBand credits (PACKET); 0 means the default (services.simulator.transport).
+    virtual_lanes: int = 0
+    vl_buffer_bytes: int = 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SimulationSpec:
@@ -163,7 +180,13 @@ class SimulationSpec:
         values["faults"] = tuple(
             f
             if isinstance(f, FaultSpec)
-            else FaultSpec(**{**f, "kind": FaultKind(f["kind"]) if f.get("kind") else None})
+            else FaultSpec(
+                **{
+                    **f,
+                    "kind": FaultKind(f["kind"]) if f.get("kind") else None,
+                    "reroute": RerouteModel(f["reroute"]) if f.get("reroute") else None,
+                }
+            )
             for f in values.get("faults", ())
         )
         for key, kind in (("fidelity", Fidelity), ("transport", Transport)):
@@ -197,13 +220,12 @@ _ALGORITHMS = {
 }
 
 
-def _validate_algorithm(field: str, job: JobSpec, ranks: int) -> None:
+def _validate_algorithm(field: str, job: JobSpec, ranks: int, spec: SimulationSpec) -> None:
     if job.algorithm == Algorithm.SHARP:
-        raise InvalidArgument(
-            f"{field}.algorithm",
-            "SHARP needs InfiniBand transport and in-network reduction in the switches, which arrive "
-            "with issue #5; choose RING, DOUBLE_BINARY_TREE or HALVING_DOUBLING",
-        )
+        from services.simulator.sharp import validate_sharp  # sharp.py builds on this module
+
+        validate_sharp(field, job, spec)
+        return
     assert job.collective is not None
     allowed = _ALGORITHMS[job.collective]
     if job.algorithm not in allowed:
@@ -223,7 +245,7 @@ def _validate_algorithm(field: str, job: JobSpec, ranks: int) -> None:
             )
 
 
-def _validate_job(index: int, job: JobSpec) -> None:
+def _validate_job(index: int, job: JobSpec, spec: SimulationSpec) -> None:
     field = f"jobs[{index}]"
     if job.collective is None:
         raise InvalidArgument(f"{field}.collective", "is required")
@@ -257,7 +279,7 @@ def _validate_job(index: int, job: JobSpec) -> None:
         raise InvalidArgument(f"{field}.rank_count", f"a collective needs at least 2 ranks, got {ranks}")
     if len(set(job.hosts)) != len(job.hosts):
         raise InvalidArgument(f"{field}.hosts", "lists a host more than once")
-    _validate_algorithm(field, job, ranks)
+    _validate_algorithm(field, job, ranks, spec)
 
 
 def validate_spec(spec: SimulationSpec) -> None:
@@ -291,7 +313,7 @@ def validate_spec(spec: SimulationSpec) -> None:
         raise InvalidArgument("jobs", "at least one job is required")
     if spec.faults and spec.fidelity != Fidelity.PACKET:
         raise InvalidArgument("faults", "faults need PACKET fidelity")
-    validate_faults(spec.faults)
+    validate_faults(spec.faults, spec.time_limit_ns)
     if spec.window_bytes < 0 or spec.retransmit_timeout_ns < 0 or spec.ack_every < 0:
         raise InvalidArgument(
             "roce", "window_bytes, retransmit_timeout_ns and ack_every must not be negative"
@@ -307,12 +329,8 @@ def validate_spec(spec: SimulationSpec) -> None:
         )
     if spec.window_bytes and spec.fidelity != Fidelity.PACKET:
         raise InvalidArgument("roce.window_bytes", "Go-Back-N needs PACKET fidelity")
-    if spec.fidelity == Fidelity.PACKET and spec.transport == Transport.INFINIBAND:
-        raise InvalidArgument(
-            "transport",
-            "InfiniBand at PACKET fidelity needs credit-based flow control, which arrives with issue #5; "
-            "use ROCEV2 (drops counted, not resent) or FLOW fidelity",
-        )
+    _validate_dcqcn(spec)
+    _validate_infiniband(spec)
     for name in (
         "switch_latency_ns",
         "sample_interval_ns",
@@ -324,10 +342,73 @@ def validate_spec(spec: SimulationSpec) -> None:
         if getattr(spec, name) < 0:
             raise InvalidArgument(name, f"must not be negative, got {getattr(spec, name)}")
     for i, job in enumerate(spec.jobs):
-        _validate_job(i, job)
+        _validate_job(i, job, spec)
     labels = job_labels(spec.jobs)
     if len(set(labels)) != len(labels):
         raise InvalidArgument("jobs", "job labels must be unique")
+
+
+_DCQCN_FIELDS = (
+    "ecn_kmin_bytes",
+    "ecn_kmax_bytes",
+    "ecn_pmax",
+    "dcqcn_g",
+    "cnp_interval_ns",
+    "alpha_timer_ns",
+    "rate_increase_timer_ns",
+    "byte_counter_bytes",
+    "fast_recovery_stages",
+    "rate_ai_mbps",
+    "rate_hai_mbps",
+    "min_rate_mbps",
+)
+
+
+def _validate_dcqcn(spec: SimulationSpec) -> None:
+    set_fields = [name for name in _DCQCN_FIELDS if getattr(spec, name)]
+    if set_fields and not spec.dcqcn:
+        raise InvalidArgument(f"roce.{set_fields[0]}", "applies only with roce.dcqcn on")
+    if not spec.dcqcn:
+        return
+    if spec.fidelity != Fidelity.PACKET:
+        raise InvalidArgument("roce.dcqcn", "ECN and DCQCN need PACKET fidelity")
+    if spec.transport != Transport.ROCEV2:
+        raise InvalidArgument("roce.dcqcn", f"DCQCN is RoCEv2 congestion control, not {spec.transport.value}")
+    for name in _DCQCN_FIELDS:
+        if getattr(spec, name) < 0:
+            raise InvalidArgument(f"roce.{name}", f"must not be negative, got {getattr(spec, name)}")
+    for name in ("ecn_pmax", "dcqcn_g"):
+        if getattr(spec, name) > 1:
+            value = getattr(spec, name)
+            raise InvalidArgument(f"roce.{name}", f"is a probability or gain in [0, 1], got {value}")
+    if spec.ecn_kmin_bytes and spec.ecn_kmax_bytes and spec.ecn_kmin_bytes >= spec.ecn_kmax_bytes:
+        raise InvalidArgument(
+            "roce.ecn_kmin_bytes", f"Kmin {spec.ecn_kmin_bytes} must be below Kmax {spec.ecn_kmax_bytes}"
+        )
+
+
+def _validate_infiniband(spec: SimulationSpec) -> None:
+    if spec.virtual_lanes < 0 or spec.vl_buffer_bytes < 0:
+        raise InvalidArgument("infiniband", "virtual_lanes and vl_buffer_bytes must not be negative")
+    if spec.transport != Transport.INFINIBAND:
+        if spec.virtual_lanes or spec.vl_buffer_bytes:
+            raise InvalidArgument(
+                "infiniband", f"applies to INFINIBAND transport, not {spec.transport.value}"
+            )
+        return
+    if spec.pfc:
+        raise InvalidArgument("roce.pfc", "InfiniBand is lossless by credits; PFC is a RoCEv2 setting")
+    if spec.virtual_lanes > 1:
+        raise InvalidArgument(
+            "infiniband.virtual_lanes",
+            f"one data VL is modelled (all RDMA traffic on VL0), got {spec.virtual_lanes}",
+        )
+    too_small = spec.vl_buffer_bytes and spec.vl_buffer_bytes < spec.mtu_bytes + 26
+    if spec.fidelity == Fidelity.PACKET and too_small:
+        raise InvalidArgument(
+            "infiniband.vl_buffer_bytes",
+            f"{spec.vl_buffer_bytes} bytes of credit cannot hold one packet of mtu_bytes={spec.mtu_bytes}",
+        )
 
 
 def job_labels(jobs: Sequence[JobSpec]) -> list[str]:

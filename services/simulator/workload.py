@@ -10,9 +10,13 @@ Transfers are in TOPOLOGICAL order: every prerequisite has a lower index than it
 pass in index order meets every prerequisite first (results.py's critical path relies on it).
 
 Each collective's transfers and dependencies come from collectives.py (ring, double binary tree,
-halving-doubling, AllToAll, broadcast). POINT_TO_POINT jobs: each listed flow is a connection;
-its repetitions run back to back (the next starts when the previous one's last byte has left the
-source).
+halving-doubling, AllToAll, broadcast) or sharp.py (SHARP AllReduce through an aggregation tree).
+POINT_TO_POINT jobs: each listed flow is a connection; its repetitions run back to back (the next
+starts when the previous one's last byte has left the source).
+
+Flow endpoints are host indices, except SHARP's hops to and from switches: there an endpoint is
+`num_hosts + node` for the switch `node` (its name is `endpoint_names[node]`), and the flow is
+pinned to the one channel of its tree edge (`flow_channel`; -1 for flows routed between hosts).
 
 QP numbers are derived from (spec seed, job, connection, QP index) with MurmurHash3, so a run is
 deterministic; the UDP source port is 49152 + (source QPN mod 16384).
@@ -28,6 +32,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import JobTransfers, collective_transfers, pipeline_chunks, split_bytes
 from services.simulator.ecmp_hash import murmur3_32
 from services.simulator.placement import HostDirectory, place_job
+from services.simulator.sharp import aggregation_tree, sharp_transfers
 from services.simulator.spec import Algorithm, Collective, JobSpec, SimulationSpec, job_labels
 
 __all__ = ["JobPlan", "Workload", "build_workload", "place_jobs", "split_bytes", "udp_source_port"]
@@ -64,11 +69,15 @@ class Workload:
     dependent_needs_arrival: np.ndarray  # bool [D]: wait for t to arrive (else only to have left)
     transfer_flow_offsets: np.ndarray  # int64 [T+1]
     flow_job: np.ndarray  # int32 [F]
-    flow_source: np.ndarray  # int64 [F], host index
-    flow_destination: np.ndarray  # int64 [F], host index
+    flow_source: np.ndarray  # int64 [F], host index (SHARP: num_hosts + node for a switch)
+    flow_destination: np.ndarray  # int64 [F], host index (SHARP: num_hosts + node for a switch)
     flow_size_bytes: np.ndarray  # int64 [F]
     flow_source_port: np.ndarray  # int32 [F], UDP source port
     flow_destination_qp: np.ndarray  # uint32 [F], destination QP number
+    # int32 [F], the one channel a SHARP hop is pinned to; -1: routed between hosts. None: all -1.
+    flow_channel: np.ndarray | None = None
+    # Node names, when a flow ends at a switch (endpoint num_hosts + node); else empty.
+    endpoint_names: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def transfer_count(self) -> int:
@@ -77,6 +86,13 @@ class Workload:
     @property
     def flow_count(self) -> int:
         return int(self.flow_job.shape[0])
+
+    @property
+    def pinned_channel(self) -> np.ndarray:
+        """int32 [F]: `flow_channel`, or -1 for every flow when no flow is pinned to a channel."""
+        if self.flow_channel is None:
+            return np.full(self.flow_count, -1, dtype=np.int32)
+        return self.flow_channel
 
 
 def udp_source_port(qp_number: np.ndarray) -> np.ndarray:
@@ -131,6 +147,8 @@ def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarra
             placed.append(np.unique([directory.lookup(name, where) for name, where in names]))
         else:
             placed.append(place_job(directory, index, job, taken, spec.seed))
+            if job.algorithm == Algorithm.SHARP:
+                aggregation_tree(snapshot, placed[-1], index)  # refuses a job SHARP cannot span
     return placed
 
 
@@ -144,6 +162,9 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
         if job.collective == Collective.POINT_TO_POINT:
             part = _point_to_point_part(directory, index, job)
             size, steps = int(sum(f.size_bytes for f in job.flows)), 1
+        elif job.algorithm == Algorithm.SHARP:
+            part, steps = sharp_transfers(aggregation_tree(snapshot, hosts, index), job)
+            size = job.size_bytes
         else:
             part, steps = collective_transfers(hosts, job)
             size = job.size_bytes
@@ -163,7 +184,10 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
             )
         )
         parts.append(part)
-    return _assemble(spec, plans, parts)
+    workload = _assemble(spec, plans, parts)
+    if workload.flow_channel is not None:
+        workload.endpoint_names = snapshot.node_names
+    return workload
 
 
 def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfers]) -> Workload:
@@ -184,6 +208,10 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     sizes = np.concatenate([p.sizes for p in parts])
     connection = np.concatenate([p.connection for p in parts])
     flow_job = transfer_job[flow_transfer]
+    pinned = any(p.channel is not None for p in parts)
+    transfer_channel = np.concatenate(
+        [p.channel if p.channel is not None else np.full(len(p.sizes), -1) for p in parts]
+    )
     source_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     destination_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     for j in range(len(parts)):
@@ -205,4 +233,5 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         flow_size_bytes=split_bytes(sizes[flow_transfer], flows_per_transfer[flow_transfer], qp_index),
         flow_source_port=udp_source_port(source_qp),
         flow_destination_qp=destination_qp,
+        flow_channel=transfer_channel[flow_transfer].astype(np.int32) if pinned else None,
     )

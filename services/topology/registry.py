@@ -6,7 +6,8 @@ Routed fabrics are cached by (fabric id, routing_version); a restart recomputes 
 stored engine name, link states and (for `file`) the stored dump. Changes to one fabric (link
 state, routes, updates, deletion) are serialised by a per-fabric lock, persisted, then published
 to WatchFabric subscribers. `routing_version` rises whenever a snapshot would differ: a forwarding
-table changed, or a link's state or bit error rate did.
+table changed, or a link's state or bit error rate did. What-if snapshots (links DOWN, nothing
+stored) are computed by what_if.py and cached there.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import collections
 import dataclasses
 import datetime as dt
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.errors import AlreadyExists, InvalidArgument
@@ -29,6 +30,7 @@ from services.topology.routing import FILE_ENGINE, Routes, diff_routes, engine_n
 from services.topology.snapshots import build_snapshot
 from services.topology.specs import from_spec, normalise_spec
 from services.topology.store import FabricRecord, TopologyStore
+from services.topology.what_if import WhatIfCache, WhatIfSnapshot, down_link_set, reroute_with_links_down
 
 __all__ = ["FabricRegistry", "LinkChange", "RoutedFabric", "RoutingChange"]
 
@@ -99,6 +101,7 @@ class FabricRegistry:
         self._cache: collections.OrderedDict[tuple[str, int], RoutedFabric] = collections.OrderedDict()
         self._cache_size = cache_size
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._what_ifs = WhatIfCache()
 
     def _remember(self, routed: RoutedFabric) -> RoutedFabric:
         key = (routed.record.id, routed.record.routing_version)
@@ -218,6 +221,33 @@ class FabricRegistry:
             routes = await asyncio.to_thread(router.compute, fabric)
             return self._remember(RoutedFabric(record, fabric, routes))
 
+    async def snapshot(self, fabric_id: str, down_links: Sequence[int] = ()) -> WhatIfSnapshot:
+        """The serialized snapshot of the current routes; with `down_links`, a what-if snapshot: those
+        links DOWN, rerouted as SetLinkState reroutes (timed), nothing stored (services/topology/what_if.py).
+        InvalidArgument naming `down_links[i]` for an index that is not a link."""
+        current = await self.routed(fabric_id)
+        record = current.record
+        if not down_links:
+            return WhatIfSnapshot(current.snapshot_bytes, record.routing_version, 0.0)
+        down = down_link_set(current.fabric, down_links)
+
+        async def reroute() -> WhatIfSnapshot:
+            dump = None
+            if record.routing_engine == FILE_ENGINE:
+                dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
+            router = engine_named(record.routing_engine, lfts_dump=dump)
+            return await asyncio.to_thread(
+                reroute_with_links_down,
+                current.fabric,
+                current.routes,
+                router,
+                down,
+                f"fabrics/{fabric_id}",
+                record.routing_version,
+            )
+
+        return await self._what_ifs.get((fabric_id, record.routing_version, down), reroute)
+
     async def export(self, fabric_id: str, format: str) -> str:
         """The fabric in a topology format (services.topology.formats), or its LFTs as an OpenSM dump."""
         routed = await self.routed(fabric_id)
@@ -235,6 +265,7 @@ class FabricRegistry:
         async with self._locks[fabric_id]:
             await asyncio.to_thread(self.store.delete, fabric_id)
             self._forget(fabric_id)
+            self._what_ifs.forget(fabric_id)
         self._locks.pop(fabric_id, None)
         self.events.publish(FabricEvent(EventKind.FABRIC_DELETED, fabric_id, _now()))
 

@@ -199,8 +199,8 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return link_message(fabric_id, routed.fabric, _link_index(routed, request.name, link))
 
     async def GetFabricSnapshot(self, request, context):
-        routed = await self.registry.routed(_fabric_id(request.name))
-        data = routed.snapshot_bytes
+        snapshot = await self.registry.snapshot(_fabric_id(request.name), request.down_links)
+        data = snapshot.snapshot_bytes
         if len(data) > self.max_message_bytes - 1024:
             raise ResourceExhausted(
                 f"the snapshot of {request.name} is {len(data)} bytes, over the "
@@ -209,14 +209,15 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return topology_pb2.FabricSnapshot.FromString(data)
 
     async def StreamFabricSnapshot(self, request, context):
-        routed = await self.registry.routed(_fabric_id(request.name))
-        data = routed.snapshot_bytes
+        snapshot = await self.registry.snapshot(_fabric_id(request.name), request.down_links)
+        data = snapshot.snapshot_bytes
         chunk = min(_SNAPSHOT_CHUNK_BYTES, self.max_message_bytes // 2)  # well within any client's limit
         for start in range(0, max(len(data), 1), chunk):
             yield topology_pb2.StreamFabricSnapshotResponse(
                 data=data[start : start + chunk],
                 total_bytes=len(data),
-                routing_version=routed.record.routing_version,
+                routing_version=snapshot.routing_version,
+                reroute_seconds=snapshot.reroute_seconds,
             )
 
     async def ListPaths(self, request, context):

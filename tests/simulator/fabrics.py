@@ -1,4 +1,5 @@
-"""Small hand-built FabricSnapshots for simulator tests (leaf-spine, k-ary fat-tree, one shared link).
+"""Small hand-built FabricSnapshots for simulator tests (leaf-spine, k-ary fat-tree, one shared link,
+a ring of switches).
 
 Routes are all minimal paths (every equal-cost next channel), computed by a breadth-first search
 from each destination host that never forwards through another host. These stand in for the
@@ -7,25 +8,38 @@ topology service's generators so that core tests need no other service.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
 
-__all__ = ["build_snapshot", "fat_tree", "leaf_spine", "two_links_in_a_row"]
+__all__ = [
+    "build_snapshot",
+    "fat_tree",
+    "leaf_spine",
+    "switch_ring",
+    "two_links_in_a_row",
+    "with_links_down",
+]
 
 HOST, SWITCH = 1, 2
 NDR_BPS = 400_000_000_000
 
 
-def _min_hop_routes(kind: np.ndarray, hosts: np.ndarray, link_a: np.ndarray, link_b: np.ndarray):
+def _min_hop_routes(kind: np.ndarray, hosts: np.ndarray, link_a: np.ndarray, link_b: np.ndarray, down=()):
     n, h = len(kind), len(hosts)
+    if len(down):  # a down link joins a phantom node to itself: no route can use it
+        kind = np.append(kind, SWITCH)
+        link_a, link_b = link_a.copy(), link_b.copy()
+        link_a[list(down)] = link_b[list(down)] = n
     source = np.empty(2 * len(link_a), dtype=np.int64)
     target = np.empty_like(source)
     source[0::2], source[1::2] = link_a, link_b
     target[0::2], target[1::2] = link_b, link_a
-    dist = np.full((h, n), -1, dtype=np.int64)
+    dist = np.full((h, len(kind)), -1, dtype=np.int64)
     dist[np.arange(h), hosts] = 0
-    frontier = np.zeros((h, n), dtype=bool)
+    frontier = np.zeros((h, len(kind)), dtype=bool)
     frontier[np.arange(h), hosts] = True
     order = np.argsort(target, kind="stable")
     starts = np.flatnonzero(np.r_[True, target[order][1:] != target[order][:-1]])
@@ -130,3 +144,45 @@ def two_links_in_a_row(rate_bps: list[int], latency_ns: int = 0) -> FabricSnapsh
     kind = [HOST] * 4 + [SWITCH] * 2
     links = [(0, 4), (1, 4), (4, 5), (5, 2), (5, 3)]
     return build_snapshot(names, kind, [0, 0, 0, 0, 1, 2], links, rate_bps, latency_ns)
+
+
+def switch_ring(
+    switches: int,
+    hosts_per_switch: int = 1,
+    closed: bool = True,
+    rate_bps: int = NDR_BPS,
+    latency_ns: int = 500,
+) -> FabricSnapshot:
+    """switch-0 .. switch-(n-1) in a ring (switch-i cabled to switch-(i+1) mod n); host-h on switch
+    h // hosts_per_switch.
+
+    With 5 switches the min-hop route from a host on switch-i to one on switch-(i+2) is the one two
+    hops clockwise, switch-i -> switch-(i+1) -> switch-(i+2): such traffic from every switch makes
+    each clockwise ring channel wait on the next, a cycle of buffer dependencies (PFC can deadlock).
+    `closed=False` leaves out the switch-(n-1)<->switch-0 link: a line, whose routes cannot form
+    that cycle. Links: the hosts' first, then switch-i<->switch-(i+1) for i = 0, 1, ...
+    """
+    hosts = switches * hosts_per_switch
+    names = [f"host-{h}" for h in range(hosts)] + [f"switch-{i}" for i in range(switches)]
+    kind = [HOST] * hosts + [SWITCH] * switches
+    tier = [0] * hosts + [1] * switches
+    links = [(h, hosts + h // hosts_per_switch) for h in range(hosts)]
+    ring = switches if closed else switches - 1
+    links += [(hosts + i, hosts + (i + 1) % switches) for i in range(ring)]
+    return build_snapshot(names, kind, tier, links, rate_bps, latency_ns)
+
+
+def with_links_down(snapshot: FabricSnapshot, links: tuple[int, ...]) -> FabricSnapshot:
+    """`snapshot` with `links` DOWN and min-hop routes recomputed without them (a what-if routing)."""
+    state = snapshot.link_state.copy()
+    state[list(links)] = 2
+    offsets, next_channels = _min_hop_routes(
+        snapshot.node_kind, snapshot.host_nodes, snapshot.link_a, snapshot.link_b, links
+    )
+    return dataclasses.replace(
+        snapshot,
+        routing_version=snapshot.routing_version + 1,
+        link_state=state,
+        route_offsets=offsets,
+        route_next_channels=next_channels,
+    )

@@ -178,32 +178,28 @@ def test_a_cancelled_run_stops():
     assert calls
 
 
-def test_what_the_engine_does_not_model_yet_is_refused_not_ignored():
-    with pytest.raises(InvalidArgument, match="transport"):
-        run_simulation({**packet_spec([ring(16, 1 << 20)]), "transport": "INFINIBAND"}, FAT_TREE)
-    with pytest.raises(InvalidArgument, match="faults"):
-        run_simulation(
-            {
-                **packet_spec([ring(16, 1 << 20)]),
-                "faults": [{"link": "0", "kind": "LINK_DOWN", "start_ns": 10}],
-            },
-            FAT_TREE,
-        )
-
-
-def test_transport_settings_in_a_request_are_refused_naming_the_field():
+def test_transport_settings_in_a_request_reach_the_domain_spec():
     from fabrictwin.v1 import simulation_pb2
 
     from services.simulator.convert import spec_from_proto
 
-    message = simulation_pb2.SimulationSpec(fabric="fabrics/x", roce=simulation_pb2.RoceConfig(dcqcn=True))
-    with pytest.raises(InvalidArgument, match=r"spec\.roce"):
-        spec_from_proto(message)
     message = simulation_pb2.SimulationSpec(
-        fabric="fabrics/x", infiniband=simulation_pb2.InfinibandConfig(virtual_lanes=2)
+        fabric="fabrics/x",
+        roce=simulation_pb2.RoceConfig(dcqcn=True, ecn_kmin_bytes=1000, min_rate_mbps=10.0),
+        infiniband=simulation_pb2.InfinibandConfig(virtual_lanes=1, vl_buffer_bytes=8192),
+        faults=[
+            simulation_pb2.Fault(
+                link="3",
+                kind=simulation_pb2.FAULT_KIND_LINK_DOWN,
+                reroute=simulation_pb2.REROUTE_MODEL_FAST_RECOVERY,
+                reroute_delay_ns=7,
+            )
+        ],
     )
-    with pytest.raises(InvalidArgument, match=r"spec\.infiniband"):
-        spec_from_proto(message)
+    spec = spec_from_proto(message)
+    assert (spec.dcqcn, spec.ecn_kmin_bytes, spec.min_rate_mbps) == (True, 1000, 10.0)
+    assert (spec.virtual_lanes, spec.vl_buffer_bytes) == (1, 8192)
+    assert (spec.faults[0].reroute.value, spec.faults[0].reroute_delay_ns) == ("FAST_RECOVERY", 7)
 
 
 def switch_balance(outcome, snapshot):

@@ -137,7 +137,7 @@ async def test_the_cli_runs_a_shift_permutation_packet_by_packet(stack, capsys):
     assert '"makespan_ns"' in captured.out
 
 
-async def test_go_back_n_under_bit_errors_through_the_api_and_unsupported_settings_refused(stack):
+async def test_go_back_n_under_bit_errors_through_the_api_and_impossible_settings_refused(stack):
     lossy_link = S.Fault(link="0", kind=S.FAULT_KIND_BIT_ERRORS, bit_error_rate=1e-6)
     spec = S.SimulationSpec(
         fabric="fabrics/ft4",
@@ -162,8 +162,66 @@ async def test_go_back_n_under_bit_errors_through_the_api_and_unsupported_settin
             with_dcqcn = S.SimulationSpec()
             with_dcqcn.CopyFrom(spec)
             with_dcqcn.roce.dcqcn = True
-            with pytest.raises(InvalidArgumentError, match=r"spec\.roce\.dcqcn"):
+            with_dcqcn.roce.ecn_pmax = 2.0
+            with pytest.raises(InvalidArgumentError, match=r"spec\.roce\.ecn_pmax"):
                 client.simulations.start(with_dcqcn)
+
+    await asyncio.to_thread(as_a_script_would)
+
+
+async def test_dcqcn_infiniband_credits_and_a_link_down_through_the_api(stack):
+    base = dict(
+        fabric="fabrics/ft4",
+        fidelity=S.FIDELITY_PACKET,
+        jobs=[ring()],
+        load_balancing=common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ECMP),
+    )
+    dcqcn = S.SimulationSpec(**base, roce=S.RoceConfig(pfc=True, dcqcn=True, window_bytes=1 << 20))
+    infiniband = S.SimulationSpec(
+        **base, transport=S.TRANSPORT_INFINIBAND, infiniband=S.InfinibandConfig(vl_buffer_bytes=32 * 1024)
+    )
+
+    def as_a_script_would() -> None:
+        from fabrictwin.errors import InvalidArgumentError
+
+        with client_for(stack) as client:
+            hosts = {n.name for n in client.fabrics.nodes("ft4", kind="host")}
+            uplink = next(x for x in client.fabrics.links("ft4") if hosts.isdisjoint({x.node_a, x.node_b}))
+            fault = S.Fault(
+                link=str(uplink.index),
+                kind=S.FAULT_KIND_LINK_DOWN,
+                start_ns=1000,
+                reroute=S.REROUTE_MODEL_SUBNET_MANAGER,
+            )
+            # Spraying uses every uplink, so the failed one carries traffic when it goes down.
+            link_down = S.SimulationSpec(**base, roce=S.RoceConfig(window_bytes=256 * 1024), faults=[fault])
+            link_down.load_balancing.mode = common_pb2.LOAD_BALANCING_MODE_SPRAY
+            runs = {
+                name: client.simulations.start(spec).name
+                for name, spec in (("dcqcn", dcqcn), ("ib", infiniband), ("down", link_down))
+            }
+            done = {name: client.simulations.wait(sim, timeout=120) for name, sim in runs.items()}
+            for name, sim in done.items():
+                assert sim.state == common_pb2.JOB_STATE_SUCCEEDED, (name, sim.error.message)
+            assert done["dcqcn"].result.cnp_sent == done["dcqcn"].result.cnp_handled
+            assert any("DCQCN" in note for note in done["dcqcn"].result.model_notes)
+            ib = done["ib"].result
+            assert ib.drops == 0
+            assert max(link.peak_input_buffer_bytes for link in ib.links) <= 32 * 1024
+            down = done["down"].result
+            # The subnet manager's delay is the topology service's measured recompute plus the sweep.
+            assert any(
+                "SUBNET_MANAGER reroute takes effect" in n and "measured recompute" in n
+                for n in down.model_notes
+            )
+            assert sum(link.link_downed for link in down.links if link.link == uplink.index) >= 1
+            assert down.xmit_discards + down.lost_on_wire > 0
+            assert down.jobs[0].completion_ns > 50_000_000  # the sweep delay alone is 50 ms
+            bad = S.SimulationSpec()
+            bad.CopyFrom(link_down)
+            bad.faults[0].link = "no-such-link"
+            with pytest.raises(InvalidArgumentError, match=r"spec\.faults\[0\]\.link"):
+                client.simulations.start(bad)
 
     await asyncio.to_thread(as_a_script_would)
 

@@ -152,16 +152,18 @@ def test_ring_workloads_are_bit_identical_to_the_foundations():
         dict(ring(4, 999, iterations=3, placement="RANDOM"), collective="ALL_GATHER"),
     ]
     workload = build_workload(spec_with(*jobs, seed=11), FABRIC)
+    # Fields that only SHARP fills (flows pinned to a channel, switch endpoints) are empty here.
+    assert workload.flow_channel is None and not workload.endpoint_names
     digest = hashlib.sha256()
     for field in dataclasses.fields(workload):
-        if field.name != "jobs":
+        if field.name not in ("jobs", "flow_channel", "endpoint_names"):
             array = np.ascontiguousarray(getattr(workload, field.name))
             digest.update(field.name.encode() + array.dtype.str.encode() + array.tobytes())
     assert digest.hexdigest() == "36e0d16832212e347bbc07bd7097698e0453590dc11b7858ae88b36514401557"
 
 
-def test_sharp_is_refused_until_infiniband_in_network_reduction_exists():
-    with pytest.raises(InvalidArgument, match=r"InfiniBand.*issue #5") as caught:
+def test_sharp_on_rocev2_is_refused_naming_the_algorithm():
+    with pytest.raises(InvalidArgument, match=r"SHARP needs an InfiniBand fabric.*ROCEV2") as caught:
         run_simulation(spec_with(dict(ring(4), algorithm="SHARP")), FABRIC)
     assert caught.value.field == "jobs[0].algorithm"
 

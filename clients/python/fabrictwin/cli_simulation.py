@@ -118,6 +118,26 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
         help="a marginal transceiver (Gilbert-Elliott): loss in the good and bad state and the per-packet "
         "transition probabilities, e.g. 0=0,0.5,0.001,0.1; repeatable",
     )
+    packet.add_argument(
+        "--dcqcn",
+        action="store_true",
+        help="ECN marking and DCQCN rate control (Kmin 5KB, Kmax 200KB, Pmax 0.01, the DCQCN paper's timers)",
+    )
+    packet.add_argument(
+        "--vl-buffer",
+        type=size_arg,
+        default=0,
+        help="InfiniBand: receive buffer per port and VL, advertised as credits (default 64KiB)",
+    )
+    packet.add_argument(
+        "--link-down",
+        action="append",
+        default=[],
+        metavar="LINK@START[-END]:REACTION[:DELAY_NS]",
+        help="a link down from START ns (back at END ns) with the routing reaction subnet_manager, "
+        "routing_protocol or fast_recovery (delay: the reaction's default), e.g. 12@50000:fast_recovery; "
+        "repeatable",
+    )
     parser.set_defaults(default_modes=default_modes)
 
 
@@ -174,9 +194,37 @@ def modes_from_args(args: argparse.Namespace) -> list[common_pb2.LoadBalancing]:
     ]
 
 
+def _link_down(text: str) -> simulation_pb2.Fault:
+    try:
+        link, _, rest = text.partition("@")
+        when, _, reaction = rest.partition(":")
+        reaction, _, delay = reaction.partition(":")
+        start, _, end = when.partition("-")
+        reroute = simulation_pb2.RerouteModel.Value(f"REROUTE_MODEL_{reaction.upper()}")
+        return simulation_pb2.Fault(
+            link=link,
+            kind=simulation_pb2.FAULT_KIND_LINK_DOWN,
+            start_ns=int(start),
+            end_ns=int(end or 0),
+            reroute=reroute,
+            reroute_delay_ns=int(delay or 0),
+        )
+    except ValueError as exc:
+        raise InputError(
+            f"--link-down {text!r}: expected LINK@START[-END]:REACTION[:DELAY_NS], REACTION one of "
+            "subnet_manager, routing_protocol, fast_recovery"
+        ) from exc
+
+
 def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argparse.Namespace) -> None:
     if args.pfc:
         spec.roce.pfc = True
+    if args.dcqcn:
+        spec.roce.dcqcn = True
+    if args.vl_buffer:
+        spec.infiniband.vl_buffer_bytes = args.vl_buffer
+    for text in args.link_down:
+        spec.faults.append(_link_down(text))
     if args.window:
         spec.roce.window_bytes = args.window
         spec.roce.retransmit_timeout_ns = args.rto_ns

@@ -25,7 +25,16 @@ from services.simulator.paths import FlowRoutes, _Walker
 from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
-__all__ = ["MAX_BINS", "LinkLoss", "PacketEngineConfig", "PacketRun", "simulate_packets"]
+__all__ = [
+    "MAX_BINS",
+    "DcqcnSettings",
+    "LinkEvent",
+    "LinkLoss",
+    "PacketEngineConfig",
+    "PacketRun",
+    "RoutingEpoch",
+    "simulate_packets",
+]
 
 MAX_BINS = 512
 _NODE_KIND_SWITCH = 2
@@ -65,6 +74,48 @@ class PacketEngineConfig:
     pfc_xoff_bytes: int = 0
     pfc_xon_bytes: int = 0
     pfc_headroom_bytes: int = 0
+    dcqcn: DcqcnSettings | None = None
+    vl_buffer_bytes: int = 0  # InfiniBand credits: receive buffer per input port and VL; 0: no credits
+    link_events: tuple[LinkEvent, ...] = ()
+    reroutes: tuple[RoutingEpoch, ...] = ()  # in time order
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingEpoch:
+    """From time_ns on, switches forward by `snapshot` (routes recomputed with some links down);
+    `routes`/`flow_route` are the workload routed on it (ECMP's pinned paths)."""
+
+    time_ns: int
+    snapshot: FabricSnapshot
+    routes: FlowRoutes
+    flow_route: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class DcqcnSettings:
+    """ECN marking in the switches and DCQCN at the NICs (defaults: services.simulator.transport)."""
+
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    g: float
+    cnp_interval_ns: int
+    alpha_timer_ns: int
+    rate_increase_timer_ns: int
+    byte_counter_bytes: int
+    fast_recovery_stages: int
+    rate_ai_bps: float
+    rate_hai_bps: float
+    min_rate_bps: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkEvent:
+    """Link `link` goes down (up=False) or comes back (up=True) at time_ns."""
+
+    time_ns: int
+    link: int
+    up: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +174,23 @@ class PacketRun:
     reorder_overflow_packets: int
     reorder_peak_bytes: int
     reorder_histogram: np.ndarray  # int64 [64]: deliveries seen with k packets held (last bin: >=63)
+    retransmitted_bytes: int = 0
+    cnp_sent: int = 0  # np_cnp_sent, all NICs
+    cnp_handled: int = 0  # rp_cnp_handled, all NICs
+    ecn_marked: int = 0
+    xmit_discards: int = 0
+    wire_lost: int = 0
+    channel_ecn_marked: np.ndarray | None = None  # int64 [C]
+    channel_xmit_wait_ns: np.ndarray | None = None  # int64 [C]: data queued, no credit (PortXmitWait)
+    channel_xmit_discards: np.ndarray | None = None  # int64 [C]: discarded, link down (PortXmitDiscards)
+    channel_link_downed: np.ndarray | None = None  # int64 [C] (LinkDownedCounter)
+    channel_wire_lost: np.ndarray | None = None  # int64 [C]: on the wire when the link went down
+    channel_peak_ingress: np.ndarray | None = None  # int64 [C]: most bytes held in the next input buffer
+    flow_retransmitted: np.ndarray | None = None  # int64 [F] packets
+    flow_retransmitted_bytes: np.ndarray | None = None  # int64 [F]
+    flow_recovery_ns: np.ndarray | None = None  # int64 [F]: time in Go-Back-N loss recovery
+    flow_cnp_sent: np.ndarray | None = None  # int64 [F]: CNPs its receiver sent
+    flow_cnp_handled: np.ndarray | None = None  # int64 [F]: CNPs its sender acted on
 
 
 class _Arrays:
@@ -137,31 +205,19 @@ class _Arrays:
         config: PacketEngineConfig,
         interval_ps: int,
     ) -> None:
-        walker = _Walker(snapshot, config.switch_latency_ns)
-        n_nodes, n_ch = snapshot.num_nodes, snapshot.num_channels
+        n_ch = snapshot.num_channels
         flows = workload.flow_count
-        destinations, dest_slot = np.unique(workload.flow_destination, return_inverse=True)
-        self.num_dest = len(destinations)
-        # Equal-cost groups of every (switch, destination slot), DOWN channels already removed. Only
-        # switches choose (a NIC's QP is bound to its port), so hosts get no rows: a table a quarter
-        # the size, which the per-hop lookup reads from cache more often.
-        switches = np.flatnonzero(snapshot.node_kind == _NODE_KIND_SWITCH)
-        self.node_row = np.full(n_nodes, -1, dtype=np.int32)
-        self.node_row[switches] = np.arange(len(switches), dtype=np.int32)
-        node_of = np.repeat(switches.astype(np.int64), self.num_dest)
-        dest_of = np.tile(destinations.astype(np.int64), len(switches))
-        start, size = walker.groups(node_of, dest_of)
-        self.g_off = np.zeros(len(size) + 1, dtype=np.int64)
-        np.cumsum(size, out=self.g_off[1:])
-        member = np.arange(self.g_off[-1]) - np.repeat(self.g_off[:-1], size)
-        self.g_ch = walker.channels[np.repeat(start, size) + member].astype(np.int32)
-        self.g_next = np.zeros(len(size), dtype=np.int32)  # round-robin position of each group
+        self._workload, self._config = workload, config
+        self.destinations, dest_slot = np.unique(workload.flow_destination, return_inverse=True)
+        self.num_dest = len(self.destinations)
+        self.install_routes(snapshot, routes, flow_route)
 
         rate = snapshot.channel_rate_bps().astype(np.float64)
         target = snapshot.channel_target()
         is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
         source = snapshot.channel_source()
         self.ch_target = target.astype(np.int32)
+        self.ch_source = source.astype(np.int32)
         self.ch_ps_per_byte = 8e12 / rate
         self.ch_delay_ps = (
             np.repeat(snapshot.link_latency_ns.astype(np.int64), 2)
@@ -190,6 +246,13 @@ class _Arrays:
         self.ch_pause_frames = np.zeros(n_ch, dtype=np.int64)
         self.ch_pause_ps = np.zeros(n_ch, dtype=np.int64)
         self.ch_pause_since = np.zeros(n_ch, dtype=np.int64)
+        self.cn = np.zeros((n_ch, L.CN_SIZE), dtype=np.int64)
+        self.cn[:, L.CN_WAIT_SINCE] = -1
+        self.cn[:, L.CN_DOWN_AT] = -1
+        if config.vl_buffer_bytes:  # a switch input buffer advertises credits; hosts drain at line rate
+            self.cn[:, L.CN_CREDITS] = np.where(is_switch[target], config.vl_buffer_bytes, 1 << 60)
+            # Credits bound what a switch holds: its output queues never overflow.
+            self.ch_buffer = np.full(n_ch, np.iinfo(np.int64).max, dtype=np.int64)
         self._link_losses(n_ch, config.link_losses)
         bins = MAX_BINS
         if config.sample_interval_ns and config.expected_end_ns:
@@ -209,18 +272,7 @@ class _Arrays:
         self.f_transfer = np.repeat(
             np.arange(workload.transfer_count, dtype=np.int32), np.diff(workload.transfer_flow_offsets)
         )
-        # ECMP: each flow's pinned path (hop h is the h-th channel); other modes use only hop 0.
-        self.f_path_off = routes.offsets[flow_route].astype(np.int64)
-        self.path_ch = routes.channels.astype(np.int32)
-        if config.mode == LoadBalancingMode.ECMP:
-            self.f_first_ch = self.path_ch[self.f_path_off]
-        else:  # a QP is bound to one NIC port: the LFT choice toward its destination
-            source_nodes = snapshot.host_nodes[workload.flow_source].astype(np.int64)
-            first, count = walker.groups(source_nodes, workload.flow_destination.astype(np.int64))
-            if (count == 0).any():
-                raise FailedPrecondition("a source host has no route to its destination (all uplinks down)")
-            self.f_first_ch = walker.channels[first]
-        self.f_first_ch = self.f_first_ch.astype(np.int32)
+        self.f_first_ch = self._first_channels(snapshot, _Walker(snapshot, config.switch_latency_ns))
         self.act_next = np.full(flows, -1, dtype=np.int32)
         self.act_prev = np.full(flows, -1, dtype=np.int32)
         self.f_rob_slot = np.full(flows, -1, dtype=np.int32)
@@ -239,6 +291,14 @@ class _Arrays:
         self.f_rto_at = np.full(flows, -1, dtype=np.int64)
         # ACKs return over the flow's path latency (propagation and switches, both ways alike).
         self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
+        self.fi = np.zeros((flows, L.FI_SIZE), dtype=np.int64)
+        self.fi[:, L.FI_LAST_CNP] = np.iinfo(np.int64).min // 2
+        self.fi[:, L.FI_REC_START] = -1
+        self.ff = np.zeros((flows, L.FF_SIZE), dtype=np.float64)
+        self.ff[:, L.FF_LINE] = rate[self.f_first_ch]
+        self.ff[:, L.FF_RATE] = self.ff[:, L.FF_LINE]
+        self.ff[:, L.FF_TARGET] = self.ff[:, L.FF_LINE]
+        self.ff[:, L.FF_ALPHA] = 1.0  # DCQCN starts from alpha = 1
         self.max_hops = 2 * max(4, int(snapshot.node_tier.max(initial=0)) + 2) + 2
         self._alloc_slots(256)
         self.rob_hist = np.zeros(64, dtype=np.int64)
@@ -286,6 +346,22 @@ class _Arrays:
         self.pr[L.PR_XOFF] = config.pfc_xoff_bytes
         self.pr[L.PR_XON] = config.pfc_xon_bytes
         self.pr[L.PR_HEADROOM] = config.pfc_headroom_bytes
+        self.pf = np.zeros(L.PF_SIZE, dtype=np.float64)
+        if config.dcqcn is not None:
+            d = config.dcqcn
+            self.pr[L.PR_DCQCN] = 1
+            self.pr[L.PR_KMIN], self.pr[L.PR_KMAX] = d.kmin_bytes, d.kmax_bytes
+            self.pr[L.PR_CNP_INTERVAL] = d.cnp_interval_ns * 1000
+            self.pr[L.PR_ALPHA_TIMER] = d.alpha_timer_ns * 1000
+            self.pr[L.PR_RATE_TIMER] = d.rate_increase_timer_ns * 1000
+            self.pr[L.PR_BYTE_COUNTER] = d.byte_counter_bytes
+            self.pr[L.PR_STAGES] = d.fast_recovery_stages
+            self.pf[L.PF_PMAX], self.pf[L.PF_G] = d.pmax, d.g
+            self.pf[L.PF_RAI], self.pf[L.PF_RHAI] = d.rate_ai_bps, d.rate_hai_bps
+            self.pf[L.PF_MIN_RATE] = d.min_rate_bps
+        if config.vl_buffer_bytes:
+            self.pr[L.PR_CREDITS] = 1
+            self.pr[L.PR_VL_BUFFER] = config.vl_buffer_bytes
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )
@@ -293,6 +369,43 @@ class _Arrays:
         ready = np.flatnonzero(self.t_pending == 0)
         for t in ready:
             self._push(int(self.t_release[t]), L.EV_RELEASE, int(t))
+        for event in config.link_events:
+            self._push(event.time_ns * 1000, L.EV_LINK, event.link << 1 | int(event.up))
+        for i, epoch in enumerate(config.reroutes):
+            self._push(epoch.time_ns * 1000, L.EV_REROUTE, i)
+
+    def install_routes(self, snapshot: FabricSnapshot, routes: FlowRoutes, flow_route: np.ndarray) -> None:
+        """Forward by `snapshot`'s routes from now on (at the start, and at each routing epoch)."""
+        walker = _Walker(snapshot, self._config.switch_latency_ns)
+        # Equal-cost groups of every (switch, destination slot), DOWN channels already removed. Only
+        # switches choose (a NIC's QP is bound to its port), so hosts get no rows: a table a quarter
+        # the size, which the per-hop lookup reads from cache more often.
+        switches = np.flatnonzero(snapshot.node_kind == _NODE_KIND_SWITCH)
+        self.node_row = np.full(snapshot.num_nodes, -1, dtype=np.int32)
+        self.node_row[switches] = np.arange(len(switches), dtype=np.int32)
+        node_of = np.repeat(switches.astype(np.int64), self.num_dest)
+        dest_of = np.tile(self.destinations.astype(np.int64), len(switches))
+        start, size = walker.groups(node_of, dest_of)
+        self.g_off = np.zeros(len(size) + 1, dtype=np.int64)
+        np.cumsum(size, out=self.g_off[1:])
+        member = np.arange(self.g_off[-1]) - np.repeat(self.g_off[:-1], size)
+        self.g_ch = walker.channels[np.repeat(start, size) + member].astype(np.int32)
+        self.g_next = np.zeros(len(size), dtype=np.int32)  # round-robin position of each group
+        # ECMP: each flow's pinned path (hop h is the h-th channel); other modes use only hop 0.
+        self.f_path_off = routes.offsets[flow_route].astype(np.int64)
+        self.f_path_end = routes.offsets[flow_route + 1].astype(np.int64)
+        self.path_ch = routes.channels.astype(np.int32)
+
+    def _first_channels(self, snapshot: FabricSnapshot, walker: _Walker) -> np.ndarray:
+        workload = self._workload
+        if self._config.mode == LoadBalancingMode.ECMP:
+            return self.path_ch[self.f_path_off].astype(np.int32)
+        # A QP is bound to one NIC port: the LFT choice toward its destination.
+        source_nodes = snapshot.host_nodes[workload.flow_source].astype(np.int64)
+        first, count = walker.groups(source_nodes, workload.flow_destination.astype(np.int64))
+        if (count == 0).any():
+            raise FailedPrecondition("a source host has no route to its destination (all uplinks down)")
+        return walker.channels[first].astype(np.int32)
 
     def _link_losses(self, channels: int, losses: tuple[LinkLoss, ...]) -> None:
         self.ch_loss_kind = np.zeros(channels, dtype=np.int8)
@@ -339,6 +452,7 @@ class _Arrays:
         self.p_hop = np.zeros(count, dtype=np.int32)
         self.p_ch = np.zeros(count, dtype=np.int32)
         self.p_in = np.full(count, -1, dtype=np.int32)
+        self.p_ecn = np.zeros(count, dtype=np.uint8)
         self.p_next = np.arange(1, count + 1, dtype=np.int32)
         self.p_next[-1] = -1
 
@@ -380,7 +494,7 @@ class _Arrays:
         return np.concatenate([next_slot, extra])
 
     def grow_packets(self) -> None:
-        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in"):
+        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in", "p_ecn"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
         self.p_next = self._extend_free_list(self.p_next, L.SC_FREE, L.SC_FREE_COUNT)
@@ -453,6 +567,10 @@ def simulate_packets(
                 _report_pause_deadlock(arrays, snapshot)
             break
         if code == L.RC_BUDGET:
+            # PFC watchdog: Go-Back-N timers keep the heap from emptying in a deadlock.
+            if config.pfc and arrays.ch_paused.any() and _pause_cycle(arrays):
+                _report_pause_deadlock(arrays, snapshot)
+            _check_progress(arrays, config)
             if progress is not None:
                 done = (arrays.f_recv.sum() + arrays.f_lost.sum()) / total_bytes
                 if not progress(min(0.99, float(done))):
@@ -465,6 +583,9 @@ def simulate_packets(
             arrays.grow_slots()
         elif code == L.RC_GROW_BINS:
             arrays.grow_bins(fixed)
+        elif code == L.RC_REROUTE:
+            epoch = config.reroutes[int(arrays.sc[L.SC_EPOCH])]
+            arrays.install_routes(epoch.snapshot, epoch.routes, epoch.flow_route)
         elif code == L.RC_LOOP:
             raise FailedPrecondition(
                 f"a packet exceeded {arrays.max_hops} hops in {snapshot.fabric}: the routes loop"
@@ -479,25 +600,64 @@ def simulate_packets(
     return _result(arrays, code == L.RC_STOPPED)
 
 
+STALL_NS = 1_000_000_000  # no delivery for this long, nothing scheduled to change: the run is stuck
+
+
+def _check_progress(a: _Arrays, config: PacketEngineConfig) -> None:
+    """Retransmission timers keep a stuck run busy forever (a link down for good, a NIC paused for
+    good): stop it once nothing was delivered for STALL_NS after the last scheduled link change."""
+    now_ns = int(a.sc[L.SC_NOW]) // 1000
+    last_change = max(
+        [e.time_ns for e in config.link_events] + [e.time_ns for e in config.reroutes], default=0
+    )
+    since = now_ns - max(int(a.sc[L.SC_LAST_DELIVERY]) // 1000, last_change)
+    if since > STALL_NS:
+        waiting = int((a.f_finish < 0).sum())
+        raise FailedPrecondition(
+            f"the run made no progress for {since / 1e9:.1f} s of simulated time with {waiting} flows "
+            "unfinished: their traffic has no usable path (a link down for good, or ports paused for good)"
+        )
+
+
+def _pause_cycle(a: _Arrays) -> list[int]:
+    """Ports c1 -> c2 -> ... -> c1, each PAUSEd by the switch it feeds (no RESUME on its way) while
+    more than XON bytes it sent wait there in the queue of the next one, itself paused: none can
+    send until another does, whatever timers fire. Empty if there is no such cycle."""
+    held: dict[tuple[int, int], int] = {}  # (ingress port, paused egress port) -> wire bytes queued
+    for egress in np.flatnonzero((a.q_head >= 0) & (a.ch_paused == 1)):
+        p = int(a.q_head[egress])
+        while p >= 0:
+            key = (int(a.p_in[p]), int(egress))
+            held[key] = held.get(key, 0) + int(a.p_wire[p])
+            p = int(a.p_next[p])
+    xon = int(a.pr[L.PR_XON])
+    waits: dict[int, list[int]] = {}
+    for (c, c2), size in held.items():
+        if c >= 0 and a.ch_paused[c] and a.ch_pause_sent[c] and size > xon:
+            waits.setdefault(c, []).append(c2)
+    done: set[int] = set()  # depth-first search over every successor, not only the first
+    for root in sorted(waits):
+        if root in done:
+            continue
+        path, todo = [root], [iter(waits[root])]
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                done.add(path.pop())
+                todo.pop()
+            elif nxt in path:
+                return path[path.index(nxt) :]
+            elif nxt not in done and nxt in waits:
+                path.append(nxt)
+                todo.append(iter(waits[nxt]))
+    return []
+
+
 def _report_pause_deadlock(a: _Arrays, snapshot: FabricSnapshot) -> None:
-    """Nothing left to happen, flows unfinished, ports paused: name the cycle of pauses."""
-    paused = {int(c) for c in np.flatnonzero(a.ch_paused)}
-    source, target = snapshot.channel_source(), snapshot.channel_target()
-    # c waits for c2 if c is paused by the switch it feeds and c2 leaves that switch, paused too.
-    waits = {c: [c2 for c2 in paused if source[c2] == target[c] and a.q_head[c2] >= 0] for c in paused}
-    cycle: list[int] = []
-    for start in paused:
-        path, seen = [start], {start}
-        while waits.get(path[-1]):
-            nxt = waits[path[-1]][0]
-            if nxt in seen:
-                cycle = path[path.index(nxt) :]
-                break
-            path.append(nxt)
-            seen.add(nxt)
-        if cycle:
-            break
-    names = [snapshot.channel_name(c) for c in (cycle or sorted(paused)[:8])]
+    """Flows unfinished, ports paused: name the cycle of pauses, or the ports paused for good."""
+    cycle = _pause_cycle(a)
+    paused = np.flatnonzero(a.ch_paused)
+    names = [snapshot.channel_name(int(c)) for c in (cycle or paused[:8])]
     what = "a PFC deadlock: a cycle of paused ports" if cycle else "ports paused for good"
     raise FailedPrecondition(f"the run stalled on {what}: {' -> '.join(names)}")
 
@@ -542,4 +702,36 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         reorder_overflow_packets=int(sc[L.SC_ROB_OVERFLOW]),
         reorder_peak_bytes=int(sc[L.SC_ROB_PEAK_BYTES]),
         reorder_histogram=a.rob_hist.copy(),
+        retransmitted_bytes=int(sc[L.SC_RESENT_BYTES]),
+        cnp_sent=int(sc[L.SC_CNP_SENT]),
+        cnp_handled=int(sc[L.SC_CNP_HANDLED]),
+        ecn_marked=int(sc[L.SC_ECN_MARKED]),
+        xmit_discards=int(sc[L.SC_XMIT_DISCARDS]),
+        wire_lost=int(sc[L.SC_WIRE_LOST]),
+        channel_ecn_marked=a.cn[:, L.CN_ECN_MARKED].copy(),
+        channel_xmit_wait_ns=_xmit_wait_ns(a),
+        channel_xmit_discards=a.cn[:, L.CN_XMIT_DISCARDS].copy(),
+        channel_link_downed=a.cn[:, L.CN_LINK_DOWNED].copy(),
+        channel_wire_lost=a.cn[:, L.CN_WIRE_LOST].copy(),
+        channel_peak_ingress=a.cn[:, L.CN_PEAK_INGRESS].copy(),
+        flow_retransmitted=a.fi[:, L.FI_RESENT].copy(),
+        flow_retransmitted_bytes=a.fi[:, L.FI_RESENT_BYTES].copy(),
+        flow_recovery_ns=_recovery_ns(a),
+        flow_cnp_sent=a.fi[:, L.FI_CNP_SENT].copy(),
+        flow_cnp_handled=a.fi[:, L.FI_CNP_HANDLED].copy(),
     )
+
+
+def _xmit_wait_ns(a: _Arrays) -> np.ndarray:
+    # A port still waiting for credit when the run ended waited until then.
+    now = int(a.sc[L.SC_NOW])
+    waiting = a.cn[:, L.CN_WAIT_SINCE] >= 0
+    wait = a.cn[:, L.CN_XMIT_WAIT] + np.where(waiting, now - a.cn[:, L.CN_WAIT_SINCE], 0)
+    return wait // 1000
+
+
+def _recovery_ns(a: _Arrays) -> np.ndarray:
+    # A recovery still open at the end (a time-limited run) counts until then.
+    now = int(a.sc[L.SC_NOW])
+    open_ = a.fi[:, L.FI_REC_START] >= 0
+    return (a.fi[:, L.FI_REC_PS] + np.where(open_, now - a.fi[:, L.FI_REC_START], 0)) // 1000

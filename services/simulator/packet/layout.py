@@ -33,7 +33,14 @@ SC_TIMEOUTS = 20  # retransmission timeouts
 SC_CORRUPTED = 21  # packets lost to bit errors (PortRcvErrors at the receiving port)
 SC_DISCARDED = 22  # packets a Go-Back-N receiver threw away (out of order or duplicate)
 SC_INJECTED_DROP_DONE = 23
-SC_SIZE = 24
+SC_CNP_SENT = 24  # CNPs the receiving NICs sent (np_cnp_sent)
+SC_CNP_HANDLED = 25  # CNPs the sending NICs acted on (rp_cnp_handled)
+SC_ECN_MARKED = 26  # packets a switch marked Congestion Experienced
+SC_RESENT_BYTES = 27  # payload bytes sent again by Go-Back-N
+SC_XMIT_DISCARDS = 28  # packets a switch port threw away: its link was down (PortXmitDiscards)
+SC_WIRE_LOST = 29  # packets on a link's wire when it went down
+SC_EPOCH = 30  # the routing epoch whose reroute the loop returned for
+SC_SIZE = 32
 
 # --- pr: parameters ---------------------------------------------------------------------------
 PR_MODE = 0
@@ -59,7 +66,62 @@ PR_PFC = 19  # 1: priority flow control on the RDMA priority (one priority model
 PR_XOFF = 20  # bytes from one ingress port held in a switch before it PAUSEs that port's sender
 PR_XON = 21  # ... and at or below which it RESUMEs it
 PR_HEADROOM = 22  # bytes above XOFF an ingress port may still fill (packets already on the wire)
-PR_SIZE = 24
+PR_DCQCN = 24  # 1: ECN marking in the switches and DCQCN rate control at the NICs
+PR_KMIN = 25  # ECN: no marking at or below this queue depth, bytes
+PR_KMAX = 26  # ECN: every packet marked at or above this depth
+PR_CNP_INTERVAL = 27  # DCQCN NP: at most one CNP per flow per this many ps
+PR_ALPHA_TIMER = 28  # DCQCN RP: alpha decays once per this many ps without a CNP
+PR_RATE_TIMER = 29  # DCQCN RP: a rate-increase event every this many ps
+PR_BYTE_COUNTER = 30  # DCQCN RP: ... and every this many bytes sent
+PR_STAGES = 31  # DCQCN RP: F, the increase events of fast recovery
+PR_CREDITS = 32  # 1: InfiniBand credit-based link-level flow control
+PR_VL_BUFFER = 33  # InfiniBand: receive buffer per input port and VL, bytes (the credits advertised)
+PR_SIZE = 40
+
+# --- pf: float parameters -------------------------------------------------------------------------
+PF_PMAX = 0  # ECN marking probability at Kmax
+PF_G = 1  # DCQCN alpha gain
+PF_RAI = 2  # additive increase, bit/s
+PF_RHAI = 3  # hyper increase, bit/s
+PF_MIN_RATE = 4  # floor of the rate cut, bit/s
+PF_SIZE = 8
+
+# --- fi / ff: per-flow transport state (columns) ------------------------------------------------
+FI_NEXT_TX = 0  # DCQCN: earliest time the rate limiter lets the flow's next packet go, ps
+FI_LAST_CNP = 1  # DCQCN NP: when this flow's receiver last sent a CNP, ps
+FI_BYTES = 2  # DCQCN RP: bytes sent since the byte counter last fired
+FI_T_STAGE = 3  # DCQCN RP: rate-timer events since the last cut
+FI_B_STAGE = 4  # DCQCN RP: byte-counter events since the last cut
+FI_ALPHA_AT = 5  # DCQCN RP: when alpha next decays (the pending timer re-arms lazily)
+FI_RATE_AT = 6  # DCQCN RP: when the rate timer next fires
+FI_CC = 7  # DCQCN RP: 1 while the flow is rate-limited (timers running)
+FI_CNP_SENT = 8
+FI_CNP_HANDLED = 9
+FI_RESENT = 10  # Go-Back-N: packets of this flow sent again
+FI_RESENT_BYTES = 11
+FI_REC_START = 12  # Go-Back-N: when the current loss recovery began (-1: none)
+FI_REC_POINT = 13  # ... and the PSN whose acknowledgement ends it
+FI_REC_PS = 14  # total time spent in loss recovery
+FI_SIZE = 16
+FF_RATE = 0  # DCQCN current rate RC, bit/s
+FF_TARGET = 1  # DCQCN target rate RT
+FF_ALPHA = 2
+FF_LINE = 3  # line rate of the flow's NIC port
+FF_SIZE = 4
+
+# --- cn: per-channel counters (columns) ---------------------------------------------------------
+CN_ECN_MARKED = 0  # packets marked CE in this port's queue (ecn-marked-pkts)
+CN_XMIT_WAIT = 1  # ps with data queued and no credit (PortXmitWait)
+CN_XMIT_DISCARDS = 2  # packets discarded at this port: its link was down (PortXmitDiscards)
+CN_LINK_DOWNED = 3  # times the link went down (LinkDownedCounter)
+CN_WAIT_SINCE = 4  # InfiniBand: since when the head packet waits for credit (-1: it does not)
+CN_PACE_AT = 5  # DCQCN: a pending EV_PACE wake-up of this NIC port (0: none)
+CN_CREDITS = 6  # InfiniBand: bytes of credit the transmitter holds for the receiver's buffer
+CN_DOWN_AT = 7  # last time the link went down, ps (-1: never)
+CN_PEAK_INGRESS = 8  # most bytes its packets ever occupied in the switch it feeds
+CN_DOWN = 9  # 1 while the link is down
+CN_WIRE_LOST = 10  # packets on the wire when the link went down (lost)
+CN_SIZE = 12
 
 # --- modes --------------------------------------------------------------------------------------
 MODE_ECMP = 1
@@ -76,6 +138,12 @@ EV_ACK = 3  # arg: flow << 26 | nak << 25 | psn; an ACK (or NAK) reaches the sen
 EV_RTO = 4  # arg: flow; its retransmission timer may have expired
 EV_PAUSE = 5  # arg: channel; a PFC PAUSE reaches its transmitter
 EV_RESUME = 6  # arg: channel; a PFC RESUME (XON) reaches its transmitter
+EV_CNP = 7  # arg: flow; a CNP reaches the flow's sender
+EV_CC_TIMER = 8  # arg: flow << 1 | (0: alpha timer, 1: rate-increase timer)
+EV_PACE = 9  # arg: channel; a rate-limited flow of this NIC port may send again
+EV_CREDIT = 10  # arg: channel << 16 | bytes; credit returns to the channel's transmitter
+EV_LINK = 11  # arg: link << 1 | up; a link goes down (0) or comes back (1)
+EV_REROUTE = 12  # arg: routing epoch; the routing reaction takes effect (the loop returns RC_REROUTE)
 
 # --- why the loop returned ------------------------------------------------------------------------
 RC_DONE = 0  # no event left
@@ -87,3 +155,4 @@ RC_GROW_ROB = 5
 RC_STOPPED = 6  # the next event is after PR_STOP
 RC_LOOP = 7  # a packet exceeded PR_MAX_HOPS: the routes loop
 RC_NO_ROUTE = 8  # a switch has no usable next hop toward a packet's destination
+RC_REROUTE = 9  # a routing reaction is due: new forwarding tables (Python), then resume

@@ -25,20 +25,66 @@ from numba import njit
 
 from services.simulator.packet.heap import heap_pop, heap_push
 from services.simulator.packet.layout import (
+    CN_CREDITS,
+    CN_DOWN,
+    CN_DOWN_AT,
+    CN_ECN_MARKED,
+    CN_LINK_DOWNED,
+    CN_PACE_AT,
+    CN_PEAK_INGRESS,
+    CN_WAIT_SINCE,
+    CN_WIRE_LOST,
+    CN_XMIT_DISCARDS,
+    CN_XMIT_WAIT,
     EV_ACK,
     EV_ARRIVE,
+    EV_CC_TIMER,
+    EV_CNP,
+    EV_CREDIT,
+    EV_LINK,
+    EV_PACE,
     EV_PAUSE,
     EV_RELEASE,
+    EV_REROUTE,
     EV_RESUME,
     EV_RTO,
     EV_TX_DONE,
+    FF_ALPHA,
+    FF_LINE,
+    FF_RATE,
+    FF_TARGET,
+    FI_ALPHA_AT,
+    FI_B_STAGE,
+    FI_BYTES,
+    FI_CC,
+    FI_CNP_HANDLED,
+    FI_CNP_SENT,
+    FI_LAST_CNP,
+    FI_NEXT_TX,
+    FI_RATE_AT,
+    FI_REC_POINT,
+    FI_REC_PS,
+    FI_REC_START,
+    FI_RESENT,
+    FI_RESENT_BYTES,
+    FI_T_STAGE,
     MODE_ADAPTIVE,
     MODE_ECMP,
     MODE_FLOWLET,
     MODE_SPRAY_RANDOM,
+    PF_G,
+    PF_MIN_RATE,
+    PF_PMAX,
+    PF_RAI,
+    PF_RHAI,
     PR_ACK_EVERY,
+    PR_ALPHA_TIMER,
     PR_BINS,
     PR_BUDGET,
+    PR_BYTE_COUNTER,
+    PR_CNP_INTERVAL,
+    PR_CREDITS,
+    PR_DCQCN,
     PR_DROP_FLOW,
     PR_DROP_PSN,
     PR_FLOWLET_GAP,
@@ -46,6 +92,8 @@ from services.simulator.packet.layout import (
     PR_HEADER,
     PR_HEADROOM,
     PR_INTERVAL,
+    PR_KMAX,
+    PR_KMIN,
     PR_MAX_DEPENDENTS,
     PR_MAX_FLOWS_PER_TRANSFER,
     PR_MAX_HOPS,
@@ -53,8 +101,10 @@ from services.simulator.packet.layout import (
     PR_MODE,
     PR_MTU,
     PR_PFC,
+    PR_RATE_TIMER,
     PR_ROB_WORDS,
     PR_RTO,
+    PR_STAGES,
     PR_STOP,
     PR_WINDOW,
     PR_XOFF,
@@ -67,12 +117,17 @@ from services.simulator.packet.layout import (
     RC_GROW_ROB,
     RC_LOOP,
     RC_NO_ROUTE,
+    RC_REROUTE,
     RC_STOPPED,
+    SC_CNP_HANDLED,
+    SC_CNP_SENT,
     SC_CORRUPTED,
     SC_DELIVERED,
     SC_DELIVERED_BYTES,
     SC_DISCARDED,
     SC_DROPPED,
+    SC_ECN_MARKED,
+    SC_EPOCH,
     SC_EVENTS,
     SC_FLOWS_DONE,
     SC_FREE,
@@ -87,11 +142,14 @@ from services.simulator.packet.layout import (
     SC_OUT_OF_ORDER,
     SC_PEAK_LIVE,
     SC_RESENT,
+    SC_RESENT_BYTES,
     SC_ROB_FREE,
     SC_ROB_FREE_COUNT,
     SC_ROB_OVERFLOW,
     SC_ROB_PEAK_BYTES,
     SC_TIMEOUTS,
+    SC_WIRE_LOST,
+    SC_XMIT_DISCARDS,
 )
 
 __all__ = ["run_events"]
@@ -124,12 +182,14 @@ def _uniform(rng: np.ndarray) -> float:
 def run_events(
     sc,
     pr,
-    rng,  # scalars, parameters, RNG state
+    pf,
+    rng,  # scalars, integer and float parameters, RNG state
     h_time,
     h_kind,
     h_arg,  # event heap
     # channels
     ch_target,
+    ch_source,
     ch_ps_per_byte,
     ch_delay_ps,
     ch_buffer,
@@ -145,6 +205,7 @@ def run_events(
     ch_drops,
     ch_peak_q,
     ch_rr,
+    cn,
     s_bytes,
     s_qpeak,
     s_qint,
@@ -168,6 +229,7 @@ def run_events(
     f_finish,
     f_transfer,
     f_path_off,
+    f_path_end,
     path_ch,
     act_next,
     act_prev,
@@ -182,6 +244,8 @@ def run_events(
     f_since_ack,
     f_rto_at,
     f_ack_lat,
+    fi,
+    ff,
     ch_ring_len,
     ch_loss_kind,
     ch_loss_a,
@@ -224,6 +288,7 @@ def run_events(
     p_wire,
     p_hop,
     p_ch,
+    p_ecn,
     p_next,
 ):
     mode = pr[PR_MODE]
@@ -248,6 +313,12 @@ def run_events(
     xoff = pr[PR_XOFF]
     xon = pr[PR_XON]
     headroom = pr[PR_HEADROOM]
+    dcqcn = pr[PR_DCQCN] == 1
+    kmin = pr[PR_KMIN]
+    kmax = pr[PR_KMAX]
+    pmax = pf[PF_PMAX]
+    credits = pr[PR_CREDITS] == 1
+    ingress_accounting = pfc or credits
 
     # ---- series and queue bookkeeping ---------------------------------------------------------
     def record_tx(c, t0, duration, wire):
@@ -293,6 +364,39 @@ def run_events(
         sc[SC_FREE_COUNT] += 1
         sc[SC_LIVE] -= 1
 
+    # ---- InfiniBand credits --------------------------------------------------------------------------
+    # A transmitter spends credit (bytes of the receiver's input buffer) as it starts a packet; the
+    # receiver returns it, one link delay later, when the packet leaves that buffer (forwarded,
+    # corrupted or discarded). Hosts drain at line rate: their channels hold unlimited credit.
+    def return_credit(c, wire, now):
+        sc[SC_HEAP] = heap_push(
+            h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[c], EV_CREDIT, (c << 16) | wire
+        )
+
+    def enter_input_buffer(c, p):
+        ch_ing_bytes[c] += p_wire[p]
+        if ch_ing_bytes[c] > cn[c, CN_PEAK_INGRESS]:
+            cn[c, CN_PEAK_INGRESS] = ch_ing_bytes[c]
+
+    def leave_input_buffer(p, now):
+        ingress = p_in[p]
+        if ingress >= 0:
+            ch_ing_bytes[ingress] -= p_wire[p]
+            return_credit(ingress, p_wire[p], now)
+            p_in[p] = -1
+
+    def has_credit(c, wire, now):
+        # Whether channel c may start a packet of `wire` bytes; if not, PortXmitWait starts counting.
+        if cn[c, CN_CREDITS] >= wire:
+            since = cn[c, CN_WAIT_SINCE]
+            if since >= 0:
+                cn[c, CN_XMIT_WAIT] += now - since
+                cn[c, CN_WAIT_SINCE] = -1
+            return True
+        if cn[c, CN_WAIT_SINCE] < 0:
+            cn[c, CN_WAIT_SINCE] = now
+        return False
+
     def start_tx(c, p, now):
         # A switch port needs an EV_TX_DONE only when packets wait behind this one (the caller
         # schedules it); a NIC port always does, to pull its next packet. This halves the events of
@@ -306,9 +410,69 @@ def run_events(
         if ch_from_host[c]:
             ch_busy[c] = 1
             sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + duration, EV_TX_DONE, c)
+        if credits:
+            cn[c, CN_CREDITS] -= p_wire[p]
+            leave_input_buffer(p, now)
         sc[SC_HEAP] = heap_push(
             h_time, h_kind, h_arg, sc[SC_HEAP], now + duration + ch_delay_ps[c], EV_ARRIVE, p
         )
+
+    # ---- DCQCN -----------------------------------------------------------------------------------------
+    def cc_timer(f, which, when):
+        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], when, EV_CC_TIMER, (f << 1) | which)
+
+    def rate_increase(f):
+        # One increase event: fast recovery toward the target while both counters are below F,
+        # hyper increase once both passed it, additive increase in between (DCQCN, Zhu et al. 2015).
+        t_stage = fi[f, FI_T_STAGE]
+        b_stage = fi[f, FI_B_STAGE]
+        stages = pr[PR_STAGES]
+        line = ff[f, FF_LINE]
+        if max(t_stage, b_stage) >= stages:
+            if min(t_stage, b_stage) > stages:
+                ff[f, FF_TARGET] += (min(t_stage, b_stage) - stages) * pf[PF_RHAI]
+            else:
+                ff[f, FF_TARGET] += pf[PF_RAI]
+            if ff[f, FF_TARGET] > line:
+                ff[f, FF_TARGET] = line
+        ff[f, FF_RATE] = 0.5 * (ff[f, FF_TARGET] + ff[f, FF_RATE])
+        if ff[f, FF_RATE] >= line * 0.999:  # back at line rate: no limiter, timers stop
+            ff[f, FF_RATE] = line
+            ff[f, FF_TARGET] = line
+            fi[f, FI_CC] = 0
+
+    def cnp_arrives(f, now):
+        fi[f, FI_CNP_HANDLED] += 1
+        sc[SC_CNP_HANDLED] += 1
+        if fi[f, FI_CC] == 0:  # the first CNP since line rate: the limiter and its timers start
+            fi[f, FI_CC] = 1
+            cc_timer(f, 0, now + pr[PR_ALPHA_TIMER])
+            cc_timer(f, 1, now + pr[PR_RATE_TIMER])
+        ff[f, FF_TARGET] = ff[f, FF_RATE]
+        ff[f, FF_RATE] = max(pf[PF_MIN_RATE], ff[f, FF_RATE] * (1.0 - 0.5 * ff[f, FF_ALPHA]))
+        ff[f, FF_ALPHA] = (1.0 - pf[PF_G]) * ff[f, FF_ALPHA] + pf[PF_G]
+        fi[f, FI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]  # the pending timers re-arm lazily
+        fi[f, FI_RATE_AT] = now + pr[PR_RATE_TIMER]
+        fi[f, FI_T_STAGE] = 0
+        fi[f, FI_B_STAGE] = 0
+        fi[f, FI_BYTES] = 0
+
+    def maybe_send_cnp(f, now):
+        # The receiving NIC (NP) answers a CE-marked packet with a CNP, at most one per interval.
+        if now - fi[f, FI_LAST_CNP] >= pr[PR_CNP_INTERVAL]:
+            fi[f, FI_LAST_CNP] = now
+            fi[f, FI_CNP_SENT] += 1
+            sc[SC_CNP_SENT] += 1
+            sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + f_ack_lat[f], EV_CNP, f)
+
+    def paced(f, c, wire, now):
+        # The rate limiter of a rate-limited flow: its next packet may go wire bytes at RC later.
+        fi[f, FI_NEXT_TX] = max(fi[f, FI_NEXT_TX], now) + int(wire * 8e12 / ff[f, FF_RATE])
+        fi[f, FI_BYTES] += wire
+        if fi[f, FI_BYTES] >= pr[PR_BYTE_COUNTER]:
+            fi[f, FI_BYTES] -= pr[PR_BYTE_COUNTER]
+            fi[f, FI_B_STAGE] += 1
+            rate_increase(f)
 
     # ---- collective structure -----------------------------------------------------------------------
     def release_dependents(t, arrival, now):
@@ -375,35 +539,55 @@ def run_events(
         # The NIC behind channel c sends the next packet of its active flows, round-robin
         # (skipping, under Go-Back-N, the flows whose window is full).
         f = ch_rr[c]
-        if f < 0 or ch_paused[c]:
+        if f < 0 or ch_paused[c] or cn[c, CN_DOWN]:
             return
-        if gbn:
+        if gbn or dcqcn:
             tried = 0
-            while f_snd_nxt[f] - f_snd_una[f] >= window_pkts:
+            wake = -1
+            while True:
+                if gbn and f_snd_nxt[f] - f_snd_una[f] >= window_pkts:
+                    pass  # its window is full
+                elif dcqcn and fi[f, FI_CC] == 1 and fi[f, FI_NEXT_TX] > now:
+                    if wake < 0 or fi[f, FI_NEXT_TX] < wake:
+                        wake = fi[f, FI_NEXT_TX]
+                else:
+                    break
                 f = act_next[f]
                 tried += 1
                 if tried >= ch_ring_len[c]:
-                    return  # every flow waits for an ACK; the ACK restarts the port
-            seq = f_snd_nxt[f]
-        else:
-            seq = f_sent[f] // mtu
+                    # Every flow waits for an ACK (which restarts the port) or its rate limiter.
+                    pending = cn[c, CN_PACE_AT]
+                    if wake >= 0 and (pending <= now or wake < pending):
+                        cn[c, CN_PACE_AT] = wake
+                        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], wake, EV_PACE, c)
+                    return
+        seq = f_snd_nxt[f] if gbn else f_sent[f] // mtu
+        payload = min(mtu, f_size[f] - seq * mtu)
+        if credits and not has_credit(c, payload + header, now):
+            return  # the credit's return restarts the port
         p = sc[SC_FREE]
         sc[SC_FREE] = p_next[p]
         sc[SC_FREE_COUNT] -= 1
         sc[SC_LIVE] += 1
         if sc[SC_LIVE] > sc[SC_PEAK_LIVE]:
             sc[SC_PEAK_LIVE] = sc[SC_LIVE]
-        payload = min(mtu, f_size[f] - seq * mtu)
         p_flow[p] = f
         p_seq[p] = seq
         p_payload[p] = payload
         p_wire[p] = payload + header
         p_hop[p] = 1  # hop 0 is this NIC's channel
+        p_ecn[p] = 0
+        p_in[p] = -1
         sc[SC_INJECTED] += 1
+        if dcqcn and fi[f, FI_CC] == 1:
+            paced(f, c, payload + header, now)
         if gbn:
             f_snd_nxt[f] = seq + 1
             if seq < f_high[f]:
                 sc[SC_RESENT] += 1
+                sc[SC_RESENT_BYTES] += payload
+                fi[f, FI_RESENT] += 1
+                fi[f, FI_RESENT_BYTES] += payload
             else:
                 f_high[f] = seq + 1
             done_sending = f_snd_nxt[f] >= f_npkts[f]
@@ -460,7 +644,20 @@ def run_events(
 
     def choose(node, p, f, now):
         if mode == MODE_ECMP:  # pinned: the path was hashed once per flow, no group lookup
-            return path_ch[f_path_off[f] + p_hop[p]]
+            i = f_path_off[f] + p_hop[p]
+            if i < f_path_end[f]:
+                c = path_ch[i]
+                if ch_source[c] == node:
+                    return c
+            # A packet still on its old path when the routes changed: this switch's new group,
+            # picked by flow.
+            row = node_row[node]
+            if row < 0:
+                return -1
+            key = row * num_dest + f_dst_slot[f]
+            if g_off[key + 1] == g_off[key]:
+                return -1
+            return g_ch[g_off[key] + f % (g_off[key + 1] - g_off[key])]
         row = node_row[node]
         if row < 0:  # a host that is not the destination: hosts do not forward
             return -1
@@ -576,7 +773,10 @@ def run_events(
         sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + f_ack_lat[f], EV_ACK, arg)
 
     def go_back(f, psn, now):
-        # Resend everything from psn on.
+        # Resend everything from psn on; the recovery lasts until what was sent before is acknowledged.
+        if fi[f, FI_REC_START] < 0:
+            fi[f, FI_REC_START] = now
+            fi[f, FI_REC_POINT] = f_high[f]
         f_snd_nxt[f] = psn
         c = f_first_ch[f]
         if f_linked[f] == 0:
@@ -610,8 +810,37 @@ def run_events(
         sc[SC_INJECTED_DROP_DONE] = 1
         return True
 
+    def discard(c, p, now):
+        # A switch port whose link is down throws the packet away (PortXmitDiscards).
+        cn[c, CN_XMIT_DISCARDS] += 1
+        sc[SC_XMIT_DISCARDS] += 1
+        if credits:
+            leave_input_buffer(p, now)
+        lose(p, now)
+
+    def mark_ecn(c, p):
+        # RED-style marking on the depth the packet finds: none up to Kmin, rising linearly to Pmax
+        # at Kmax, every packet beyond.
+        depth = q_bytes[c]
+        if depth <= kmin:
+            return
+        if depth < kmax and _uniform(rng) >= pmax * (depth - kmin) / (kmax - kmin):
+            return
+        p_ecn[p] = 1
+        cn[c, CN_ECN_MARKED] += 1
+        sc[SC_ECN_MARKED] += 1
+
     def enqueue(c, p, now):
-        if pfc:
+        if cn[c, CN_DOWN]:
+            discard(c, p, now)
+            return
+        if dcqcn:
+            mark_ecn(c, p)
+        if credits:
+            if q_head[c] < 0 and ch_free_at[c] <= now and has_credit(c, p_wire[p], now):
+                start_tx(c, p, now)
+                return
+        elif pfc:
             ingress = p_in[p]
             if ingress >= 0 and ch_ing_bytes[ingress] + p_wire[p] > xoff + headroom:
                 drop(c, p, now)  # headroom too small for what was on the wire when PAUSE went out
@@ -636,7 +865,7 @@ def run_events(
         p_next[p] = -1
         if q_tail[c] < 0:
             q_head[c] = p
-            if ch_paused[c] == 0:
+            if ch_paused[c] == 0 and (not credits or ch_free_at[c] > now):
                 # The first packet to wait: the port must come back for it when it is free.
                 ch_txd_pending[c] = 1
                 sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
@@ -644,6 +873,17 @@ def run_events(
             p_next[q_tail[c]] = p
         q_tail[c] = p
         set_queue(c, now, q_bytes[c] + p_wire[p])
+
+    def release_pfc(p, now):
+        # A queued packet leaves the switch: its ingress port's count falls, RESUME at XON.
+        ingress = p_in[p]
+        if ingress >= 0:
+            ch_ing_bytes[ingress] -= p_wire[p]
+            if ch_pause_sent[ingress] == 1 and ch_ing_bytes[ingress] <= xon:
+                ch_pause_sent[ingress] = 0
+                sc[SC_HEAP] = heap_push(
+                    h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[ingress], EV_RESUME, ingress
+                )
 
     def send_head(c, now):
         # A switch port sends the head of its queue, and comes back if more wait.
@@ -653,21 +893,45 @@ def run_events(
             q_tail[c] = -1
         set_queue(c, now, q_bytes[c] - p_wire[p])
         if pfc:
-            ingress = p_in[p]
-            if ingress >= 0:
-                ch_ing_bytes[ingress] -= p_wire[p]
-                if ch_pause_sent[ingress] == 1 and ch_ing_bytes[ingress] <= xon:
-                    ch_pause_sent[ingress] = 0
-                    sc[SC_HEAP] = heap_push(
-                        h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[ingress], EV_RESUME, ingress
-                    )
+            release_pfc(p, now)
         start_tx(c, p, now)
         if q_head[c] >= 0:
             ch_txd_pending[c] = 1
             sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
 
+    def try_send_head(c, now):
+        # A free, unpaused switch port with packets waiting sends the head, credit permitting.
+        if q_head[c] < 0 or ch_paused[c]:
+            return
+        if credits and not has_credit(c, p_wire[q_head[c]], now):
+            return  # the credit's return restarts the port
+        send_head(c, now)
+
+    def drop_link(c, now):
+        # The link of channel c goes down: its queue is discarded, its transmitter stops.
+        cn[c, CN_DOWN] = 1
+        cn[c, CN_DOWN_AT] = now
+        cn[c, CN_LINK_DOWNED] += 1
+        p = q_head[c]
+        while p >= 0:
+            following = p_next[p]
+            if pfc:
+                release_pfc(p, now)
+            discard(c, p, now)
+            p = following
+        q_head[c] = -1
+        q_tail[c] = -1
+        set_queue(c, now, 0)
+
+    def lost_on_wire(c, p, now):
+        # Whether p was on c's wire when the link went down (it started after the last failure).
+        duration = int(p_wire[p] * ch_ps_per_byte[c] + 0.5)
+        return cn[c, CN_DOWN_AT] >= now - ch_delay_ps[c] - duration
+
     def deliver(p, now):
         f = p_flow[p]
+        if dcqcn and p_ecn[p]:
+            maybe_send_cnp(f, now)
         if gbn:  # a Go-Back-N receiver keeps only the packet it expects
             sc[SC_DELIVERED] += 1
             seq = p_seq[p]
@@ -727,9 +991,18 @@ def run_events(
             p = arg
             arrived_on = p_ch[p]
             f = p_flow[p]
+            if cn[arrived_on, CN_DOWN_AT] >= 0 and lost_on_wire(arrived_on, p, now):
+                cn[arrived_on, CN_WIRE_LOST] += 1
+                sc[SC_WIRE_LOST] += 1
+                if credits:
+                    return_credit(arrived_on, p_wire[p], now)
+                lose(p, now)
+                continue
             if (ch_loss_kind[arrived_on] != 0 and corrupted(arrived_on, p, now)) or injected_loss(f, p):
                 ch_rcv_errors[arrived_on] += 1
                 sc[SC_CORRUPTED] += 1
+                if credits:  # the receiver drops it from its buffer at once
+                    return_credit(arrived_on, p_wire[p], now)
                 lose(p, now)
                 continue
             node = ch_target[arrived_on]
@@ -738,8 +1011,10 @@ def run_events(
             else:
                 if p_hop[p] >= max_hops:
                     return RC_LOOP
-                if pfc:
+                if ingress_accounting:
                     p_in[p] = arrived_on
+                    if credits:
+                        enter_input_buffer(arrived_on, p)
                 c = choose(node, p, f, now)
                 if c < 0 or ch_from_host[c]:
                     return RC_NO_ROUTE  # no usable next hop, or a host asked to forward
@@ -752,8 +1027,7 @@ def run_events(
                 pull(c, now)  # a paused NIC does not pull; RESUME restarts it
             else:
                 ch_txd_pending[c] = 0
-                if ch_paused[c] == 0:
-                    send_head(c, now)
+                try_send_head(c, now)
         elif kind == EV_PAUSE:
             c = arg
             ch_paused[c] = 1
@@ -768,7 +1042,7 @@ def run_events(
                     pull(c, now)
             elif q_head[c] >= 0 and ch_txd_pending[c] == 0:
                 if ch_free_at[c] <= now:
-                    send_head(c, now)
+                    try_send_head(c, now)
                 else:
                     ch_txd_pending[c] = 1
                     sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
@@ -783,6 +1057,9 @@ def run_events(
             if psn > f_snd_una[f]:
                 f_snd_una[f] = psn
                 f_rto_at[f] = now + rto if psn < f_npkts[f] else -1  # the pending timer re-arms lazily
+                if fi[f, FI_REC_START] >= 0 and psn >= fi[f, FI_REC_POINT]:
+                    fi[f, FI_REC_PS] += now - fi[f, FI_REC_START]
+                    fi[f, FI_REC_START] = -1
             if nak == 1 and f_snd_nxt[f] > psn:
                 sc[SC_NAKS] += 1
                 go_back(f, psn, now)
@@ -790,6 +1067,52 @@ def run_events(
                 c = f_first_ch[f]
                 if ch_busy[c] == 0 and ch_rr[c] >= 0:
                     pull(c, now)  # the window may have opened
+        elif kind == EV_CNP:
+            cnp_arrives(arg, now)
+        elif kind == EV_CC_TIMER:
+            f = arg >> 1
+            which = arg & 1
+            if fi[f, FI_CC] == 0 or f_finish[f] >= 0:
+                continue  # back at line rate, or done: the timers stop
+            due = fi[f, FI_RATE_AT] if which else fi[f, FI_ALPHA_AT]
+            if now < due:  # a CNP re-armed it since
+                cc_timer(f, which, due)
+            elif which == 0:
+                ff[f, FF_ALPHA] *= 1.0 - pf[PF_G]
+                fi[f, FI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]
+                cc_timer(f, 0, fi[f, FI_ALPHA_AT])
+            else:
+                fi[f, FI_T_STAGE] += 1
+                rate_increase(f)
+                fi[f, FI_RATE_AT] = now + pr[PR_RATE_TIMER]
+                if fi[f, FI_CC] == 1:
+                    cc_timer(f, 1, fi[f, FI_RATE_AT])
+        elif kind == EV_PACE:
+            c = arg
+            if cn[c, CN_PACE_AT] <= now:
+                cn[c, CN_PACE_AT] = 0
+            if ch_busy[c] == 0:
+                pull(c, now)
+        elif kind == EV_CREDIT:
+            c = arg >> 16
+            cn[c, CN_CREDITS] += arg & 0xFFFF
+            if ch_from_host[c]:
+                if ch_busy[c] == 0:
+                    pull(c, now)
+            elif ch_txd_pending[c] == 0 and ch_free_at[c] <= now:
+                try_send_head(c, now)
+        elif kind == EV_LINK:
+            first = arg >> 1 << 1  # the link's two channels: first and first + 1
+            for c in (first, first + 1):
+                if arg & 1:  # back up: a NIC resumes; a switch port's new packets go out
+                    cn[c, CN_DOWN] = 0
+                    if ch_from_host[c] and ch_busy[c] == 0:
+                        pull(c, now)
+                else:
+                    drop_link(c, now)
+        elif kind == EV_REROUTE:
+            sc[SC_EPOCH] = arg
+            return RC_REROUTE  # Python installs the epoch's forwarding tables and resumes
         else:  # EV_RTO
             f = arg
             if f_rto_at[f] >= 0 and f_snd_una[f] < f_npkts[f]:

@@ -20,7 +20,8 @@ import numpy as np
 from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
-from services.simulator.packet.engine import LinkLoss, PacketEngineConfig, simulate_packets
+from services.simulator.link_faults import WhatIf, link_fault_plan
+from services.simulator.packet.engine import LinkLoss, PacketEngineConfig, PacketRun, simulate_packets
 from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
@@ -33,6 +34,7 @@ from services.simulator.results import (
 )
 from services.simulator.series import ChannelSeries
 from services.simulator.spec import LoadBalancingMode, SimulationSpec, Transport
+from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, DEFAULT_VL_BUFFER_BYTES, dcqcn_settings
 from services.simulator.workload import build_workload
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "WIRE_OVERHEAD_BYTES", "packet_model_notes", "run_packet_simulation"]
@@ -55,12 +57,21 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
         f"PACKET fidelity: output-queued switch ports with {buffer} bytes of buffer each, store-and-"
         f"forward, {spec.mtu_bytes}-byte payloads plus {overhead}; drops on overflow.",
     ]
-    if spec.window_bytes:
+    infiniband = spec.transport == Transport.INFINIBAND
+    window = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
+    if infiniband:
         notes.append(
-            f"RoCEv2 Go-Back-N: {-(-spec.window_bytes // spec.mtu_bytes)}-packet window, an ACK every "
+            f"InfiniBand credit-based flow control on one data VL: a transmitter starts a packet only "
+            f"with credit for it in the next input buffer ({spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES} "
+            "bytes per port), returned one link delay after the packet leaves that buffer; no congestion "
+            "drops. PortXmitWait is reported in ns."
+        )
+    if window:
+        notes.append(
+            f"{spec.transport.value} Go-Back-N: {-(-window // spec.mtu_bytes)}-packet window, an ACK every "
             f"{spec.ack_every or 1} in-order packets, a NAK per gap, retransmission timeout "
-            f"{spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS} ns; ACKs and NAKs return "
-            "after the path latency and are never lost. No PFC or DCQCN yet."
+            f"{spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS} ns; ACKs, NAKs and CNPs return "
+            "after the path latency and are never lost."
         )
     else:
         notes.append(
@@ -71,6 +82,16 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             "PFC on the RDMA priority (one priority modelled): a switch PAUSEs an ingress port when the "
             "bytes it holds from that port pass XOFF and RESUMEs it at XON, after the link's delay; "
             "drops only past XOFF + headroom."
+        )
+    settings = dcqcn_settings(spec)
+    if settings is not None:
+        notes.append(
+            f"ECN/DCQCN: switches mark packets that find more than {settings.kmin_bytes} bytes queued "
+            f"(probability rising to {settings.pmax} at {settings.kmax_bytes}, all beyond); receivers send "
+            f"at most one CNP per flow per {settings.cnp_interval_ns} ns; senders cut by alpha/2 and recover "
+            f"(g={settings.g:.5f}, timers {settings.alpha_timer_ns}/{settings.rate_increase_timer_ns} ns, "
+            f"F={settings.fast_recovery_stages}). Rate state is per QP flow (each transfer's flow starts "
+            "at line rate)."
         )
     for fault in spec.faults:
         notes.append(
@@ -148,9 +169,13 @@ def _hops(routes: FlowRoutes) -> np.ndarray:
 
 
 def run_packet_simulation(
-    spec: SimulationSpec, snapshot: FabricSnapshot, progress: Callable[[float], bool] | None = None
+    spec: SimulationSpec,
+    snapshot: FabricSnapshot,
+    progress: Callable[[float], bool] | None = None,
+    what_if: WhatIf | None = None,
 ) -> SimulationOutcome:
-    """Simulate `spec` packet by packet (spec already validated)."""
+    """Simulate `spec` packet by packet (spec already validated); `what_if` holds the routes of the
+    link-down sets its LINK_DOWN faults need (`link_faults.down_sets`)."""
     wall = time.perf_counter()
     lb = spec.load_balancing
     assert lb is not None and lb.mode is not None
@@ -173,6 +198,9 @@ def run_packet_simulation(
         ideal_completion_ns(plan, workload, j, flow_latency, snapshot, payload_fraction)
         for j, plan in enumerate(workload.jobs)
     ]
+    link_events, epochs, link_notes = link_fault_plan(spec, snapshot, workload, what_if or {})
+    infiniband = spec.transport == Transport.INFINIBAND
+    window_bytes = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
     config = PacketEngineConfig(
         mode=lb.mode,
         spray_random=lb.spray_random,
@@ -185,12 +213,16 @@ def run_packet_simulation(
         sample_interval_ns=spec.sample_interval_ns,
         time_limit_ns=spec.time_limit_ns,
         expected_end_ns=max(ideals, default=0) + max((j.start_ns for j in spec.jobs), default=0),
-        window_packets=-(-spec.window_bytes // spec.mtu_bytes) if spec.window_bytes else 0,
+        window_packets=-(-window_bytes // spec.mtu_bytes) if window_bytes else 0,
         retransmit_timeout_ns=spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS,
         ack_every=spec.ack_every or 1,
         link_losses=tuple(_link_loss(snapshot, i, fault) for i, fault in enumerate(spec.faults)),
         drop_once=spec.drop_once,
         **_pfc_settings(spec, snapshot, header, buffer),
+        dcqcn=dcqcn_settings(spec),
+        vl_buffer_bytes=(spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES) if infiniband else 0,
+        link_events=link_events,
+        reroutes=epochs,
     )
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress)
 
@@ -230,12 +262,14 @@ def run_packet_simulation(
         rcv_errors=run.channel_rcv_errors[carried],
         pause_frames=run.channel_pause_frames[carried],
         pause_ns=run.channel_pause_ns[carried],
+        counters=_channel_counters(run, carried),
     )
     jobs = [
         job_outcome(plan, workload, j, run.flow_finish_ns, ideals[j], names)
         for j, plan in enumerate(workload.jobs)
     ]
-    notes = packet_model_notes(spec, header, buffer)
+    _job_counters(jobs, workload, run)
+    notes = packet_model_notes(spec, header, buffer) + link_notes
     if run.packets_dropped:
         lost_flows = int((run.flow_lost_bytes > 0).sum())
         notes.append(
@@ -253,6 +287,13 @@ def run_packet_simulation(
             f"Stopped at time_limit_ns={spec.time_limit_ns}; unfinished jobs: {', '.join(unfinished)}."
         )
     flows = flow_outcomes(workload, routes, flow_route, run.flow_start_ns, run.flow_finish_ns, names)
+    flows.counters = {
+        "retransmitted_packets": run.flow_retransmitted,
+        "retransmitted_bytes": run.flow_retransmitted_bytes,
+        "recovery_ns": run.flow_recovery_ns,
+        "cnp_sent": run.flow_cnp_sent,
+        "cnp_handled": run.flow_cnp_handled,
+    }
     rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
     return SimulationOutcome(
         fabric=snapshot.fabric,
@@ -283,5 +324,39 @@ def run_packet_simulation(
             reorder_peak_bytes=run.reorder_peak_bytes,
             reorder_overflow=run.reorder_overflow_packets,
             reorder_histogram=run.reorder_histogram.tolist(),
+            counters={
+                "retransmitted_bytes": run.retransmitted_bytes,
+                "ecn_marked_packets": run.ecn_marked,
+                "cnp_sent": run.cnp_sent,
+                "cnp_handled": run.cnp_handled,
+                "xmit_discards": run.xmit_discards,
+                "lost_on_wire": run.wire_lost,
+                "xmit_wait_ns": int(run.channel_xmit_wait_ns.sum()),
+            },
         ),
     )
+
+
+def _channel_counters(run: PacketRun, carried: np.ndarray) -> dict[str, np.ndarray]:
+    # Ports that went down may have carried nothing since; their counters are reported with the
+    # ports that carried traffic (the result lists those).
+    return {
+        "ecn_marked_packets": run.channel_ecn_marked[carried],
+        "xmit_wait_ns": run.channel_xmit_wait_ns[carried],
+        "xmit_discards": run.channel_xmit_discards[carried],
+        "link_downed": run.channel_link_downed[carried],
+        "lost_on_wire": run.channel_wire_lost[carried],
+        "peak_input_buffer_bytes": run.channel_peak_ingress[carried],
+        "symbol_errors": run.channel_rcv_errors[carried],
+    }
+
+
+def _job_counters(jobs: list, workload, run: PacketRun) -> None:
+    job_of_flow = np.repeat(workload.transfer_job, np.diff(workload.transfer_flow_offsets))
+    for j, job in enumerate(jobs):
+        mine = job_of_flow == j
+        job.counters = {
+            "retransmitted_packets": int(run.flow_retransmitted[mine].sum()),
+            "retransmitted_bytes": int(run.flow_retransmitted_bytes[mine].sum()),
+            "max_recovery_ns": int(run.flow_recovery_ns[mine].max(initial=0)),
+        }

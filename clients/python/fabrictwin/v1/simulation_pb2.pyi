@@ -345,6 +345,15 @@ class RoceConfig(_message.Message):
     ECN_PMAX_FIELD_NUMBER: _builtins.int
     WINDOW_BYTES_FIELD_NUMBER: _builtins.int
     RETRANSMIT_TIMEOUT_NS_FIELD_NUMBER: _builtins.int
+    DCQCN_G_FIELD_NUMBER: _builtins.int
+    CNP_INTERVAL_NS_FIELD_NUMBER: _builtins.int
+    ALPHA_TIMER_NS_FIELD_NUMBER: _builtins.int
+    RATE_INCREASE_TIMER_NS_FIELD_NUMBER: _builtins.int
+    BYTE_COUNTER_BYTES_FIELD_NUMBER: _builtins.int
+    FAST_RECOVERY_STAGES_FIELD_NUMBER: _builtins.int
+    RATE_AI_MBPS_FIELD_NUMBER: _builtins.int
+    RATE_HAI_MBPS_FIELD_NUMBER: _builtins.int
+    MIN_RATE_MBPS_FIELD_NUMBER: _builtins.int
     pfc: _builtins.bool
     """Enable PFC on the RDMA priority."""
     pfc_xoff_bytes: _builtins.int
@@ -354,17 +363,35 @@ class RoceConfig(_message.Message):
     pfc_headroom_bytes: _builtins.int
     """PFC headroom per ingress port and priority."""
     dcqcn: _builtins.bool
-    """Enable ECN marking and DCQCN."""
+    """Enable ECN marking in the switches and DCQCN rate control at the NICs (PACKET fidelity)."""
     ecn_kmin_bytes: _builtins.int
-    """ECN Kmin."""
+    """ECN Kmin: no marking at or below this queue depth (0 = 5 KB, the DCQCN paper's)."""
     ecn_kmax_bytes: _builtins.int
-    """ECN Kmax."""
+    """ECN Kmax: every packet marked from this depth (0 = 200 KB)."""
     ecn_pmax: _builtins.float
-    """ECN Pmax, 0..1."""
+    """ECN Pmax, 0..1: marking probability just below Kmax (0 = 0.01)."""
     window_bytes: _builtins.int
     """Go-Back-N window, bytes in flight per QP."""
     retransmit_timeout_ns: _builtins.int
     """Retransmission timeout."""
+    dcqcn_g: _builtins.float
+    """DCQCN alpha gain g, 0..1 (0 = 1/256)."""
+    cnp_interval_ns: _builtins.int
+    """DCQCN NP: at most one CNP per flow per interval (0 = 50 us)."""
+    alpha_timer_ns: _builtins.int
+    """DCQCN RP: alpha decays once per this period without a CNP (0 = 55 us)."""
+    rate_increase_timer_ns: _builtins.int
+    """DCQCN RP: rate-increase timer (0 = 55 us)."""
+    byte_counter_bytes: _builtins.int
+    """DCQCN RP: rate-increase byte counter (0 = 10 MiB)."""
+    fast_recovery_stages: _builtins.int
+    """DCQCN RP: F, increase events spent in fast recovery (0 = 5)."""
+    rate_ai_mbps: _builtins.float
+    """DCQCN RP: additive increase step, Mb/s (0 = 40)."""
+    rate_hai_mbps: _builtins.float
+    """DCQCN RP: hyper increase step, Mb/s (0 = 400)."""
+    min_rate_mbps: _builtins.float
+    """DCQCN RP: the rate is never cut below this, Mb/s (0 = 100)."""
     def __init__(
         self,
         *,
@@ -378,10 +405,19 @@ class RoceConfig(_message.Message):
         ecn_pmax: _builtins.float = ...,
         window_bytes: _builtins.int = ...,
         retransmit_timeout_ns: _builtins.int = ...,
+        dcqcn_g: _builtins.float = ...,
+        cnp_interval_ns: _builtins.int = ...,
+        alpha_timer_ns: _builtins.int = ...,
+        rate_increase_timer_ns: _builtins.int = ...,
+        byte_counter_bytes: _builtins.int = ...,
+        fast_recovery_stages: _builtins.int = ...,
+        rate_ai_mbps: _builtins.float = ...,
+        rate_hai_mbps: _builtins.float = ...,
+        min_rate_mbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dcqcn", b"dcqcn", "ecn_kmax_bytes", b"ecn_kmax_bytes", "ecn_kmin_bytes", b"ecn_kmin_bytes", "ecn_pmax", b"ecn_pmax", "pfc", b"pfc", "pfc_headroom_bytes", b"pfc_headroom_bytes", "pfc_xoff_bytes", b"pfc_xoff_bytes", "pfc_xon_bytes", b"pfc_xon_bytes", "retransmit_timeout_ns", b"retransmit_timeout_ns", "window_bytes", b"window_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alpha_timer_ns", b"alpha_timer_ns", "byte_counter_bytes", b"byte_counter_bytes", "cnp_interval_ns", b"cnp_interval_ns", "dcqcn", b"dcqcn", "dcqcn_g", b"dcqcn_g", "ecn_kmax_bytes", b"ecn_kmax_bytes", "ecn_kmin_bytes", b"ecn_kmin_bytes", "ecn_pmax", b"ecn_pmax", "fast_recovery_stages", b"fast_recovery_stages", "min_rate_mbps", b"min_rate_mbps", "pfc", b"pfc", "pfc_headroom_bytes", b"pfc_headroom_bytes", "pfc_xoff_bytes", b"pfc_xoff_bytes", "pfc_xon_bytes", b"pfc_xon_bytes", "rate_ai_mbps", b"rate_ai_mbps", "rate_hai_mbps", b"rate_hai_mbps", "rate_increase_timer_ns", b"rate_increase_timer_ns", "retransmit_timeout_ns", b"retransmit_timeout_ns", "window_bytes", b"window_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -649,6 +685,9 @@ class JobResult(_message.Message):
     RANKS_FIELD_NUMBER: _builtins.int
     FLOWS_FIELD_NUMBER: _builtins.int
     HOSTS_FIELD_NUMBER: _builtins.int
+    RETRANSMITTED_PACKETS_FIELD_NUMBER: _builtins.int
+    RETRANSMITTED_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_RECOVERY_NS_FIELD_NUMBER: _builtins.int
     label: _builtins.str
     """Job label."""
     completion_ns: _builtins.int
@@ -663,6 +702,14 @@ class JobResult(_message.Message):
     """Number of ranks."""
     flows: _builtins.int
     """Number of flows (connections x QPs x steps)."""
+    retransmitted_packets: _builtins.int
+    """Go-Back-N: packets the job's flows sent again."""
+    retransmitted_bytes: _builtins.int
+    """Go-Back-N: payload bytes the job's flows sent again."""
+    max_recovery_ns: _builtins.int
+    """Go-Back-N: the longest time one of its flows spent in loss recovery (the collective waits for
+    its slowest flow).
+    """
     @_builtins.property
     def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Hosts the ranks ran on, in rank order."""
@@ -678,10 +725,13 @@ class JobResult(_message.Message):
         ranks: _builtins.int = ...,
         flows: _builtins.int = ...,
         hosts: _abc.Iterable[_builtins.str] | None = ...,
+        retransmitted_packets: _builtins.int = ...,
+        retransmitted_bytes: _builtins.int = ...,
+        max_recovery_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "completion_ns", b"completion_ns", "flows", b"flows", "hosts", b"hosts", "ideal_completion_ns", b"ideal_completion_ns", "label", b"label", "ranks", b"ranks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "completion_ns", b"completion_ns", "flows", b"flows", "hosts", b"hosts", "ideal_completion_ns", b"ideal_completion_ns", "label", b"label", "max_recovery_ns", b"max_recovery_ns", "ranks", b"ranks", "retransmitted_bytes", b"retransmitted_bytes", "retransmitted_packets", b"retransmitted_packets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -706,6 +756,13 @@ class LinkTotal(_message.Message):
     RCV_ERRORS_FIELD_NUMBER: _builtins.int
     PAUSE_FRAMES_FIELD_NUMBER: _builtins.int
     PAUSE_NS_FIELD_NUMBER: _builtins.int
+    ECN_MARKED_PACKETS_FIELD_NUMBER: _builtins.int
+    XMIT_WAIT_NS_FIELD_NUMBER: _builtins.int
+    XMIT_DISCARDS_FIELD_NUMBER: _builtins.int
+    LINK_DOWNED_FIELD_NUMBER: _builtins.int
+    LOST_ON_WIRE_FIELD_NUMBER: _builtins.int
+    PEAK_INPUT_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
+    SYMBOL_ERRORS_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """Link index."""
     direction: _builtins.int
@@ -732,6 +789,22 @@ class LinkTotal(_message.Message):
     """PFC PAUSE frames its transmitter received (rx_prio3_pause)."""
     pause_ns: _builtins.int
     """Time its transmitter spent paused (rx_prio3_pause_duration), ns."""
+    ecn_marked_packets: _builtins.int
+    """Packets marked Congestion Experienced in its transmitter's queue (ecn-marked-pkts)."""
+    xmit_wait_ns: _builtins.int
+    """InfiniBand: time its transmitter had data queued and no credit (PortXmitWait, in ns, not ticks)."""
+    xmit_discards: _builtins.int
+    """Packets its transmitter discarded because the link was down (PortXmitDiscards)."""
+    link_downed: _builtins.int
+    """Times the link went down (LinkDownedCounter)."""
+    lost_on_wire: _builtins.int
+    """Packets on its wire when the link went down (lost)."""
+    peak_input_buffer_bytes: _builtins.int
+    """Most bytes its packets held at once in the input buffer they arrive in (InfiniBand: never above
+    the VL buffer).
+    """
+    symbol_errors: _builtins.int
+    """Symbol errors its receiver saw (SymbolErrorCounter): one per corrupted packet, a lower bound."""
     def __init__(
         self,
         *,
@@ -748,10 +821,17 @@ class LinkTotal(_message.Message):
         rcv_errors: _builtins.int = ...,
         pause_frames: _builtins.int = ...,
         pause_ns: _builtins.int = ...,
+        ecn_marked_packets: _builtins.int = ...,
+        xmit_wait_ns: _builtins.int = ...,
+        xmit_discards: _builtins.int = ...,
+        link_downed: _builtins.int = ...,
+        lost_on_wire: _builtins.int = ...,
+        peak_input_buffer_bytes: _builtins.int = ...,
+        symbol_errors: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "flows", b"flows", "link", b"link", "mean_utilisation", b"mean_utilisation", "pause_frames", b"pause_frames", "pause_ns", b"pause_ns", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "ecn_marked_packets", b"ecn_marked_packets", "flows", b"flows", "link", b"link", "link_downed", b"link_downed", "lost_on_wire", b"lost_on_wire", "mean_utilisation", b"mean_utilisation", "pause_frames", b"pause_frames", "pause_ns", b"pause_ns", "peak_input_buffer_bytes", b"peak_input_buffer_bytes", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "symbol_errors", b"symbol_errors", "tier", b"tier", "xmit_discards", b"xmit_discards", "xmit_wait_ns", b"xmit_wait_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -771,6 +851,11 @@ class FlowResult(_message.Message):
     FINISH_NS_FIELD_NUMBER: _builtins.int
     UDP_SOURCE_PORT_FIELD_NUMBER: _builtins.int
     LINKS_FIELD_NUMBER: _builtins.int
+    RETRANSMITTED_PACKETS_FIELD_NUMBER: _builtins.int
+    RETRANSMITTED_BYTES_FIELD_NUMBER: _builtins.int
+    RECOVERY_NS_FIELD_NUMBER: _builtins.int
+    CNP_SENT_FIELD_NUMBER: _builtins.int
+    CNP_HANDLED_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     """Job label."""
     source: _builtins.str
@@ -785,6 +870,18 @@ class FlowResult(_message.Message):
     """Finish."""
     udp_source_port: _builtins.int
     """UDP source port (from the QP number)."""
+    retransmitted_packets: _builtins.int
+    """Go-Back-N: packets of this QP flow sent again."""
+    retransmitted_bytes: _builtins.int
+    """Go-Back-N: payload bytes sent again."""
+    recovery_ns: _builtins.int
+    """Go-Back-N: time spent in loss recovery (from a NAK or timeout until what was sent before it is
+    acknowledged).
+    """
+    cnp_sent: _builtins.int
+    """DCQCN: CNPs its receiver sent (np_cnp_sent)."""
+    cnp_handled: _builtins.int
+    """DCQCN: CNPs its sender acted on (rp_cnp_handled)."""
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Links crossed (ECMP), or empty when spread over many paths."""
@@ -800,10 +897,15 @@ class FlowResult(_message.Message):
         finish_ns: _builtins.int = ...,
         udp_source_port: _builtins.int = ...,
         links: _abc.Iterable[_builtins.int] | None = ...,
+        retransmitted_packets: _builtins.int = ...,
+        retransmitted_bytes: _builtins.int = ...,
+        recovery_ns: _builtins.int = ...,
+        cnp_sent: _builtins.int = ...,
+        cnp_handled: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "finish_ns", b"finish_ns", "job", b"job", "links", b"links", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns", "udp_source_port", b"udp_source_port"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cnp_handled", b"cnp_handled", "cnp_sent", b"cnp_sent", "destination", b"destination", "finish_ns", b"finish_ns", "job", b"job", "links", b"links", "recovery_ns", b"recovery_ns", "retransmitted_bytes", b"retransmitted_bytes", "retransmitted_packets", b"retransmitted_packets", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns", "udp_source_port", b"udp_source_port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -879,6 +981,13 @@ class SimulationResult(_message.Message):
     RETRANSMIT_TIMEOUTS_FIELD_NUMBER: _builtins.int
     CORRUPTED_PACKETS_FIELD_NUMBER: _builtins.int
     DISCARDED_PACKETS_FIELD_NUMBER: _builtins.int
+    RETRANSMITTED_BYTES_FIELD_NUMBER: _builtins.int
+    ECN_MARKED_PACKETS_FIELD_NUMBER: _builtins.int
+    CNP_SENT_FIELD_NUMBER: _builtins.int
+    CNP_HANDLED_FIELD_NUMBER: _builtins.int
+    XMIT_DISCARDS_FIELD_NUMBER: _builtins.int
+    LOST_ON_WIRE_FIELD_NUMBER: _builtins.int
+    XMIT_WAIT_NS_FIELD_NUMBER: _builtins.int
     makespan_ns: _builtins.int
     """Completion of all jobs."""
     events: _builtins.int
@@ -911,6 +1020,20 @@ class SimulationResult(_message.Message):
     """Packets lost to bit errors (faults), all links."""
     discarded_packets: _builtins.int
     """Go-Back-N: packets a receiver discarded (out of order or duplicate)."""
+    retransmitted_bytes: _builtins.int
+    """Go-Back-N: payload bytes retransmitted."""
+    ecn_marked_packets: _builtins.int
+    """Packets marked Congestion Experienced, all switches."""
+    cnp_sent: _builtins.int
+    """DCQCN: CNPs the receiving NICs sent (np_cnp_sent)."""
+    cnp_handled: _builtins.int
+    """DCQCN: CNPs the sending NICs acted on (rp_cnp_handled)."""
+    xmit_discards: _builtins.int
+    """Packets discarded at ports whose link was down (PortXmitDiscards), all links."""
+    lost_on_wire: _builtins.int
+    """Packets lost on the wire of a link that went down."""
+    xmit_wait_ns: _builtins.int
+    """InfiniBand: total time ports waited for credit (PortXmitWait), ns."""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobResult]:
         """Per job."""
@@ -962,10 +1085,17 @@ class SimulationResult(_message.Message):
         retransmit_timeouts: _builtins.int = ...,
         corrupted_packets: _builtins.int = ...,
         discarded_packets: _builtins.int = ...,
+        retransmitted_bytes: _builtins.int = ...,
+        ecn_marked_packets: _builtins.int = ...,
+        cnp_sent: _builtins.int = ...,
+        cnp_handled: _builtins.int = ...,
+        xmit_discards: _builtins.int = ...,
+        lost_on_wire: _builtins.int = ...,
+        xmit_wait_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["uplink_skew", b"uplink_skew"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["corrupted_packets", b"corrupted_packets", "discarded_packets", b"discarded_packets", "drops", b"drops", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "naks", b"naks", "out_of_order_packets", b"out_of_order_packets", "packets_delivered", b"packets_delivered", "packets_in_flight", b"packets_in_flight", "packets_injected", b"packets_injected", "peak_packets_in_flight", b"peak_packets_in_flight", "reorder_buffer_histogram", b"reorder_buffer_histogram", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmit_timeouts", b"retransmit_timeouts", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cnp_handled", b"cnp_handled", "cnp_sent", b"cnp_sent", "corrupted_packets", b"corrupted_packets", "discarded_packets", b"discarded_packets", "drops", b"drops", "ecn_marked_packets", b"ecn_marked_packets", "events", b"events", "flows", b"flows", "jobs", b"jobs", "links", b"links", "lost_on_wire", b"lost_on_wire", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "naks", b"naks", "out_of_order_packets", b"out_of_order_packets", "packets_delivered", b"packets_delivered", "packets_in_flight", b"packets_in_flight", "packets_injected", b"packets_injected", "peak_packets_in_flight", b"peak_packets_in_flight", "reorder_buffer_histogram", b"reorder_buffer_histogram", "reorder_buffer_peak_bytes", b"reorder_buffer_peak_bytes", "retransmit_timeouts", b"retransmit_timeouts", "retransmitted_bytes", b"retransmitted_bytes", "retransmitted_packets", b"retransmitted_packets", "sample_interval_ns", b"sample_interval_ns", "uplink_skew", b"uplink_skew", "wall_seconds", b"wall_seconds", "xmit_discards", b"xmit_discards", "xmit_wait_ns", b"xmit_wait_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

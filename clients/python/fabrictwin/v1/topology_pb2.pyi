@@ -1309,16 +1309,25 @@ class GetFabricSnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    DOWN_LINKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
+    @_builtins.property
+    def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """A what-if snapshot: the routes as the fabric's routing engine recomputes them, incrementally,
+        with these links (indices) DOWN; the stored fabric and its routing_version are not changed.
+        INVALID_ARGUMENT naming `down_links[i]` for an index that is not a link of the fabric.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        down_links: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1361,6 +1370,7 @@ class FabricSnapshot(_message.Message):
     ROUTE_GROUP_OFFSETS_FIELD_NUMBER: _builtins.int
     ROUTE_GROUP_CHANNELS_FIELD_NUMBER: _builtins.int
     ROUTE_LFT_PORTS_FIELD_NUMBER: _builtins.int
+    REROUTE_SECONDS_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`."""
     routing_version: _builtins.int
@@ -1368,6 +1378,11 @@ class FabricSnapshot(_message.Message):
     route_encoding: _builtins.int
     """How routes are encoded: 0 or 1 is the CSR above (route_offsets, route_next_channels); 2 is the
     compact encoding below (services/common/snapshot.py explains it and how to read it).
+    """
+    reroute_seconds: _builtins.float
+    """A what-if snapshot (down_links in the request): wall time of its incremental route recompute,
+    measured; `routing_version` is then the stored routes' version it was recomputed from. 0 for the
+    stored routes.
     """
     @_builtins.property
     def node_kind(self) -> _common_pb2.NumericArray:
@@ -1502,10 +1517,11 @@ class FabricSnapshot(_message.Message):
         route_group_offsets: _common_pb2.NumericArray | None = ...,
         route_group_channels: _common_pb2.NumericArray | None = ...,
         route_lft_ports: _common_pb2.NumericArray | None = ...,
+        reroute_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_port_a", b"link_port_a", "link_port_b", b"link_port_b", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_tier", b"node_tier", "route_dest_class", b"route_dest_class", "route_group_channels", b"route_group_channels", "route_group_ids", b"route_group_ids", "route_group_offsets", b"route_group_offsets", "route_lft_ports", b"route_lft_ports", "route_next_channels", b"route_next_channels", "route_node_row", b"route_node_row", "route_offsets", b"route_offsets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric", b"fabric", "host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_names", b"link_names", "link_port_a", b"link_port_a", "link_port_b", b"link_port_b", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_names", b"node_names", "node_tier", b"node_tier", "route_dest_class", b"route_dest_class", "route_encoding", b"route_encoding", "route_group_channels", b"route_group_channels", "route_group_ids", b"route_group_ids", "route_group_offsets", b"route_group_offsets", "route_lft_ports", b"route_lft_ports", "route_next_channels", b"route_next_channels", "route_node_row", b"route_node_row", "route_offsets", b"route_offsets", "routing_version", b"routing_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric", b"fabric", "host_ip", b"host_ip", "host_nodes", b"host_nodes", "host_rail", b"host_rail", "link_a", b"link_a", "link_b", b"link_b", "link_ber", b"link_ber", "link_latency_ns", b"link_latency_ns", "link_names", b"link_names", "link_port_a", b"link_port_a", "link_port_b", b"link_port_b", "link_rate_bps", b"link_rate_bps", "link_state", b"link_state", "node_kind", b"node_kind", "node_names", b"node_names", "node_tier", b"node_tier", "reroute_seconds", b"reroute_seconds", "route_dest_class", b"route_dest_class", "route_encoding", b"route_encoding", "route_group_channels", b"route_group_channels", "route_group_ids", b"route_group_ids", "route_group_offsets", b"route_group_offsets", "route_lft_ports", b"route_lft_ports", "route_next_channels", b"route_next_channels", "route_node_row", b"route_node_row", "route_offsets", b"route_offsets", "routing_version", b"routing_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1518,16 +1534,25 @@ class StreamFabricSnapshotRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
+    DOWN_LINKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
+    @_builtins.property
+    def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """A what-if snapshot: the routes as the fabric's routing engine recomputes them, incrementally,
+        with these links (indices) DOWN; the stored fabric and its routing_version are not changed.
+        INVALID_ARGUMENT naming `down_links[i]` for an index that is not a link of the fabric.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
+        down_links: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1542,22 +1567,28 @@ class StreamFabricSnapshotResponse(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     TOTAL_BYTES_FIELD_NUMBER: _builtins.int
     ROUTING_VERSION_FIELD_NUMBER: _builtins.int
+    REROUTE_SECONDS_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     """The next bytes of the serialized FabricSnapshot."""
     total_bytes: _builtins.int
     """Size of the whole serialized snapshot (the same in every chunk)."""
     routing_version: _builtins.int
     """Routing version of the snapshot (the same in every chunk)."""
+    reroute_seconds: _builtins.float
+    """Wall time of the what-if route recompute, measured (the same in every chunk); 0 without
+    down_links.
+    """
     def __init__(
         self,
         *,
         data: _builtins.bytes = ...,
         total_bytes: _builtins.int = ...,
         routing_version: _builtins.int = ...,
+        reroute_seconds: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "routing_version", b"routing_version", "total_bytes", b"total_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "reroute_seconds", b"reroute_seconds", "routing_version", b"routing_version", "total_bytes", b"total_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

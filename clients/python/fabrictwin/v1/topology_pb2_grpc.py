@@ -227,8 +227,10 @@ class TopologyServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetFabricSnapshot(self, request, context):
-        """A compact, versioned snapshot of the fabric and its routes, for the simulator. Fails with
-        RESOURCE_EXHAUSTED when it would exceed the server's message limit: use StreamFabricSnapshot.
+        """A compact, versioned snapshot of the fabric and its routes, for the simulator; with `down_links`,
+        a what-if snapshot (those links DOWN, rerouted, nothing stored) and its measured reroute time.
+        Fails with RESOURCE_EXHAUSTED when it would exceed the server's message limit: use
+        StreamFabricSnapshot.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -64,8 +64,10 @@ class TopologyServiceStub:
     ListPaths: _grpc.UnaryUnaryMultiCallable[_topology_pb2.ListPathsRequest, _topology_pb2.ListPathsResponse]
     """The paths the current routes give between two endpoints."""
     GetFabricSnapshot: _grpc.UnaryUnaryMultiCallable[_topology_pb2.GetFabricSnapshotRequest, _topology_pb2.FabricSnapshot]
-    """A compact, versioned snapshot of the fabric and its routes, for the simulator. Fails with
-    RESOURCE_EXHAUSTED when it would exceed the server's message limit: use StreamFabricSnapshot.
+    """A compact, versioned snapshot of the fabric and its routes, for the simulator; with `down_links`,
+    a what-if snapshot (those links DOWN, rerouted, nothing stored) and its measured reroute time.
+    Fails with RESOURCE_EXHAUSTED when it would exceed the server's message limit: use
+    StreamFabricSnapshot.
     """
     StreamFabricSnapshot: _grpc.UnaryStreamMultiCallable[_topology_pb2.StreamFabricSnapshotRequest, _topology_pb2.StreamFabricSnapshotResponse]
     """The same snapshot as a stream of chunks of its serialized bytes, for snapshots of any size."""
@@ -108,8 +110,10 @@ class TopologyServiceAsyncStub(TopologyServiceStub):
     ListPaths: _aio.UnaryUnaryMultiCallable[_topology_pb2.ListPathsRequest, _topology_pb2.ListPathsResponse]  # type: ignore[assignment]
     """The paths the current routes give between two endpoints."""
     GetFabricSnapshot: _aio.UnaryUnaryMultiCallable[_topology_pb2.GetFabricSnapshotRequest, _topology_pb2.FabricSnapshot]  # type: ignore[assignment]
-    """A compact, versioned snapshot of the fabric and its routes, for the simulator. Fails with
-    RESOURCE_EXHAUSTED when it would exceed the server's message limit: use StreamFabricSnapshot.
+    """A compact, versioned snapshot of the fabric and its routes, for the simulator; with `down_links`,
+    a what-if snapshot (those links DOWN, rerouted, nothing stored) and its measured reroute time.
+    Fails with RESOURCE_EXHAUSTED when it would exceed the server's message limit: use
+    StreamFabricSnapshot.
     """
     StreamFabricSnapshot: _aio.UnaryStreamMultiCallable[_topology_pb2.StreamFabricSnapshotRequest, _topology_pb2.StreamFabricSnapshotResponse]  # type: ignore[assignment]
     """The same snapshot as a stream of chunks of its serialized bytes, for snapshots of any size."""
@@ -239,8 +243,10 @@ class TopologyServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _topology_pb2.GetFabricSnapshotRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_topology_pb2.FabricSnapshot, _abc.Awaitable[_topology_pb2.FabricSnapshot]]:
-        """A compact, versioned snapshot of the fabric and its routes, for the simulator. Fails with
-        RESOURCE_EXHAUSTED when it would exceed the server's message limit: use StreamFabricSnapshot.
+        """A compact, versioned snapshot of the fabric and its routes, for the simulator; with `down_links`,
+        a what-if snapshot (those links DOWN, rerouted, nothing stored) and its measured reroute time.
+        Fails with RESOURCE_EXHAUSTED when it would exceed the server's message limit: use
+        StreamFabricSnapshot.
         """
 
     @_abc_1.abstractmethod

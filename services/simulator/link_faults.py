@@ -1,0 +1,115 @@
+"""LINK_DOWN faults as the packet engine runs them: link events and routing epochs.
+
+A LINK_DOWN fault takes its link down at `start_ns` and, if `end_ns` is set, back up then. Each
+change is followed, after the fault's routing-reaction delay (services.simulator.transport), by a
+routing epoch: from then on switches forward by the routes the fabric's routing engine computes
+with the links down at the time of the change (a what-if snapshot from the topology service, with
+its measured recompute time). Until the epoch, packets routed to a down link are discarded
+(PortXmitDiscards) and the transport recovers them.
+
+The servicer fetches the what-if snapshots (`down_sets` says which) before the run; the core never
+calls a service.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.snapshot import FabricSnapshot
+from services.simulator.faults import FaultKind, resolve_link
+from services.simulator.packet.engine import LinkEvent, RoutingEpoch
+from services.simulator.paths import route_workload
+from services.simulator.spec import SimulationSpec
+from services.simulator.transport import reroute_delay_ns
+from services.simulator.workload import Workload
+
+__all__ = ["WhatIf", "down_sets", "link_fault_plan"]
+
+# A what-if routing per set of down links (sorted link indices): the snapshot and the seconds the
+# routing engine took to recompute it.
+WhatIf = Mapping[tuple[int, ...], tuple[FabricSnapshot, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Change:
+    time_ns: int
+    link: int
+    up: bool
+    fault: int  # index in spec.faults
+
+
+def _changes(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[_Change]:
+    changes = []
+    for i, fault in enumerate(spec.faults):
+        if fault.kind != FaultKind.LINK_DOWN:
+            continue
+        link = resolve_link(snapshot, fault.link, f"faults[{i}].link")
+        changes.append(_Change(fault.start_ns, link, False, i))
+        if fault.end_ns:
+            changes.append(_Change(fault.end_ns, link, True, i))
+    changes.sort(key=lambda c: (c.time_ns, c.up))
+    return changes
+
+
+def _down_after_each(changes: list[_Change]) -> list[tuple[int, ...]]:
+    down: dict[int, int] = {}  # link -> faults holding it down
+    after = []
+    for change in changes:
+        down[change.link] = down.get(change.link, 0) + (-1 if change.up else 1)
+        after.append(tuple(sorted(link for link, n in down.items() if n > 0)))
+    return after
+
+
+def down_sets(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[tuple[int, ...]]:
+    """The sets of down links whose routes the run needs (empty: no LINK_DOWN fault)."""
+    return sorted({s for s in _down_after_each(_changes(spec, snapshot)) if s})
+
+
+def link_fault_plan(
+    spec: SimulationSpec, snapshot: FabricSnapshot, workload: Workload, what_if: WhatIf
+) -> tuple[tuple[LinkEvent, ...], tuple[RoutingEpoch, ...], list[str]]:
+    """The link events and routing epochs of the run, and notes on what the routing could not do."""
+    changes = _changes(spec, snapshot)
+    if not changes:
+        return (), (), []
+    lb = spec.load_balancing
+    assert lb is not None
+    events, epochs, notes = [], [], []
+    for change, down in zip(changes, _down_after_each(changes), strict=True):
+        events.append(LinkEvent(change.time_ns, change.link, change.up))
+        fault = spec.faults[change.fault]
+        assert fault.reroute is not None
+        if down:
+            if down not in what_if:
+                raise FailedPrecondition(f"no what-if routing was fetched for links {list(down)} down")
+            routing, measured_s = what_if[down]
+        else:
+            routing, measured_s = snapshot, what_if.get((change.link,), (snapshot, 0.0))[1]
+        delay = reroute_delay_ns(fault.reroute, fault.reroute_delay_ns, measured_s)
+        try:
+            routes, flow_route = route_workload(lb, routing, workload, spec.switch_latency_ns)
+        except FailedPrecondition as exc:
+            if not change.up and not fault.end_ns:
+                raise InvalidArgument(
+                    f"faults[{change.fault}].link",
+                    f"taking {snapshot.link_names[change.link]} down for good leaves no route ({exc}); "
+                    "the collective could never finish: set end_ns",
+                ) from exc
+            notes.append(
+                f"faults[{change.fault}]: no route around link {change.link} ({exc}); traffic that needs it "
+                "waits for it to come back."
+            )
+            continue
+        epochs.append(RoutingEpoch(change.time_ns + delay, routing, routes, np.asarray(flow_route)))
+        measured = f" (measured recompute {measured_s * 1e3:.2f} ms)" if measured_s else ""
+        notes.append(
+            f"faults[{change.fault}]: link {snapshot.link_names[change.link]} "
+            f"{'up' if change.up else 'down'} at {change.time_ns} ns; {fault.reroute.value} reroute "
+            f"takes effect {delay} ns later{'' if fault.reroute_delay_ns else measured}."
+        )
+    epochs.sort(key=lambda e: e.time_ns)
+    return tuple(events), tuple(epochs), notes
