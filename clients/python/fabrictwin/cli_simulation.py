@@ -22,9 +22,17 @@ from fabrictwin.cli_common import (
     warn,
 )
 from fabrictwin.client import Client
+from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.format import format_percent, simulation_report, simulations_table
 from fabrictwin.names import enum_label
-from fabrictwin.specs import collective_job, load_balancing, simulation_spec
+from fabrictwin.specs import (
+    bit_errors,
+    collective_job,
+    link_down,
+    load_balancing,
+    marginal_transceiver,
+    simulation_spec,
+)
 from fabrictwin.tables import link_series_table
 from fabrictwin.v1 import common_pb2, simulation_pb2
 
@@ -200,16 +208,8 @@ def _link_down(text: str) -> simulation_pb2.Fault:
         when, _, reaction = rest.partition(":")
         reaction, _, delay = reaction.partition(":")
         start, _, end = when.partition("-")
-        reroute = simulation_pb2.RerouteModel.Value(f"REROUTE_MODEL_{reaction.upper()}")
-        return simulation_pb2.Fault(
-            link=link,
-            kind=simulation_pb2.FAULT_KIND_LINK_DOWN,
-            start_ns=int(start),
-            end_ns=int(end or 0),
-            reroute=reroute,
-            reroute_delay_ns=int(delay or 0),
-        )
-    except ValueError as exc:
+        return link_down(link, int(start), reaction, end_ns=int(end or 0), reroute_delay_ns=int(delay or 0))
+    except (ValueError, InvalidArgumentError) as exc:
         raise InputError(
             f"--link-down {text!r}: expected LINK@START[-END]:REACTION[:DELAY_NS], REACTION one of "
             "subnet_manager, routing_protocol, fast_recovery"
@@ -231,7 +231,7 @@ def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argpars
     for text in args.ber:
         link, _, rate = text.partition("=")
         try:
-            spec.faults.add(link=link, kind=simulation_pb2.FAULT_KIND_BIT_ERRORS, bit_error_rate=float(rate))
+            spec.faults.append(bit_errors(link, float(rate)))
         except ValueError as exc:
             raise InputError(f"--ber {text!r}: expected LINK=RATE") from exc
     for text in args.marginal:
@@ -240,13 +240,8 @@ def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argpars
             good, bad, p_gb, p_bg = (float(v) for v in values.split(","))
         except ValueError as exc:
             raise InputError(f"--marginal {text!r}: expected LINK=GOOD,BAD,P_GB,P_BG") from exc
-        spec.faults.add(
-            link=link,
-            kind=simulation_pb2.FAULT_KIND_GILBERT_ELLIOTT,
-            good_loss=good,
-            bad_loss=bad,
-            p_good_to_bad=p_gb,
-            p_bad_to_good=p_bg,
+        spec.faults.append(
+            marginal_transceiver(link, good_loss=good, bad_loss=bad, p_good_to_bad=p_gb, p_bad_to_good=p_bg)
         )
 
 

@@ -17,7 +17,15 @@ from fabrictwin.names import enum_value, resource_name
 from fabrictwin.units import parse_size
 from fabrictwin.v1 import common_pb2, simulation_pb2
 
-__all__ = ["ModeLike", "collective_job", "load_balancing", "simulation_spec"]
+__all__ = [
+    "ModeLike",
+    "bit_errors",
+    "collective_job",
+    "link_down",
+    "load_balancing",
+    "marginal_transceiver",
+    "simulation_spec",
+]
 
 # A load-balancing mode given as a message, a short name ("ecmp") or an enum number.
 ModeLike = common_pb2.LoadBalancing | str | int
@@ -101,8 +109,13 @@ def simulation_spec(
     telemetry_source: str = "",
     sample_interval_ns: int = 0,
     time_limit_ns: int = 0,
+    roce: simulation_pb2.RoceConfig | None = None,
+    infiniband: simulation_pb2.InfinibandConfig | None = None,
 ) -> simulation_pb2.SimulationSpec:
-    """A SimulationSpec running `jobs` on `fabric` (`ft8` or `fabrics/ft8`) under one load-balancing mode."""
+    """A SimulationSpec running `jobs` on `fabric` (`ft8` or `fabrics/ft8`) under one load-balancing mode.
+
+    `roce` (Go-Back-N window, PFC, DCQCN) and `infiniband` (credits) apply at PACKET fidelity.
+    """
     spec = simulation_pb2.SimulationSpec(
         fabric=resource_name("fabrics", fabric),
         jobs=list(jobs),
@@ -113,8 +126,61 @@ def simulation_spec(
         sample_interval_ns=sample_interval_ns,
         time_limit_ns=time_limit_ns,
     )
+    if roce is not None:
+        spec.roce.CopyFrom(roce)
+    if infiniband is not None:
+        spec.infiniband.CopyFrom(infiniband)
     if fidelity is not None:
         spec.fidelity = enum_value(simulation_pb2.Fidelity, fidelity, "fidelity")
     if transport is not None:
         spec.transport = enum_value(simulation_pb2.Transport, transport, "transport")
     return spec
+
+
+def bit_errors(link: str | int, rate: float, start_ns: int = 0, end_ns: int = 0) -> simulation_pb2.Fault:
+    """Independent bit errors at `rate` on both directions of `link` (name or index)."""
+    return simulation_pb2.Fault(
+        link=str(link),
+        kind=simulation_pb2.FAULT_KIND_BIT_ERRORS,
+        bit_error_rate=rate,
+        start_ns=start_ns,
+        end_ns=end_ns,
+    )
+
+
+def marginal_transceiver(
+    link: str | int,
+    *,
+    good_loss: float,
+    bad_loss: float,
+    p_good_to_bad: float,
+    p_bad_to_good: float,
+    start_ns: int = 0,
+    end_ns: int = 0,
+) -> simulation_pb2.Fault:
+    """Bursty loss on `link` (Gilbert-Elliott): per-packet state changes, a loss rate per state."""
+    return simulation_pb2.Fault(
+        link=str(link),
+        kind=simulation_pb2.FAULT_KIND_GILBERT_ELLIOTT,
+        good_loss=good_loss,
+        bad_loss=bad_loss,
+        p_good_to_bad=p_good_to_bad,
+        p_bad_to_good=p_bad_to_good,
+        start_ns=start_ns,
+        end_ns=end_ns,
+    )
+
+
+def link_down(
+    link: str | int, start_ns: int, reroute: int | str, *, end_ns: int = 0, reroute_delay_ns: int = 0
+) -> simulation_pb2.Fault:
+    """`link` down from `start_ns` (back at `end_ns`; 0: for good), with the routing reaction
+    `reroute` (`subnet_manager`, `routing_protocol`, `fast_recovery`) after its delay (0: its default)."""
+    return simulation_pb2.Fault(
+        link=str(link),
+        kind=simulation_pb2.FAULT_KIND_LINK_DOWN,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        reroute=enum_value(simulation_pb2.RerouteModel, reroute, "reroute"),
+        reroute_delay_ns=reroute_delay_ns,
+    )
