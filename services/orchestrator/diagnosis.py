@@ -53,18 +53,26 @@ def ecmp_pinning(
 
 
 def lossy_links(
-    drops: Sequence[telemetry_pb2.PortValue], window: telemetry_pb2.TimeRange | None = None
+    drops: Sequence[telemetry_pb2.PortValue],
+    window: telemetry_pb2.TimeRange | None = None,
+    errors: Sequence[telemetry_pb2.PortValue] = (),
 ) -> list[scenario_pb2.Finding]:
-    """One finding per link that dropped or corrupted packets in the window."""
+    """One finding per link that dropped (`drops`) or corrupted (`errors`: PortRcvErrors) packets in
+    the window, the worst first."""
+    dropped = {p.port: p.value for p in drops if p.value > 0}
+    corrupted = {p.port: p.value for p in errors if p.value > 0}
+    lost = {
+        port: dropped.get(port, 0.0) + corrupted.get(port, 0.0) for port in dropped.keys() | corrupted.keys()
+    }
     findings = []
-    for port in sorted(drops, key=lambda p: -p.value):
-        if port.value <= 0:
-            continue
+    for port, value in sorted(lost.items(), key=lambda item: (-item[1], item[0])):
+        what = [f"{dropped[port]:.0f} dropped"] if port in dropped else []
+        what += [f"{corrupted[port]:.0f} receive errors"] if port in corrupted else []
         finding = scenario_pb2.Finding(
             kind=scenario_pb2.FINDING_KIND_LOSSY_LINK,
             severity=scenario_pb2.SEVERITY_CRITICAL,
-            ports=[port.port],
-            evidence=f"{port.value:.0f} packets lost on {port.port} in the window",
+            ports=[port],
+            evidence=f"{value:.0f} packets lost on {port} in the window ({', '.join(what)})",
             suggestion=(
                 "Check the transceiver and cable of this link (symbol errors, BER); with RoCEv2 every "
                 "drop costs a Go-Back-N resend of the window."

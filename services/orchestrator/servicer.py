@@ -220,11 +220,16 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
                 metric=telemetry_pb2.METRIC_DROPS, aggregation=telemetry_pb2.AGGREGATION_SUM, **common
             )
         )
+        errors = await self.telemetry.top_ports(
+            telemetry_pb2.TopLinksRequest(
+                metric=telemetry_pb2.METRIC_RCV_ERRORS, aggregation=telemetry_pb2.AGGREGATION_SUM, **common
+            )
+        )
         findings = []
         pinning = diagnosis.ecmp_pinning(utilisation, window)
         if pinning is not None:
             findings.append(pinning)
-        findings.extend(diagnosis.lossy_links(drops, window))
+        findings.extend(diagnosis.lossy_links(drops, window, errors))
         findings.sort(key=lambda f: -f.severity)
         return scenario_pb2.Diagnosis(source=request.source, findings=findings)
 

@@ -337,6 +337,7 @@ def series_to_protos(
             if series.peak_queue_bytes is not None
             else [],
             drops=series.drops[i].tolist() if series.drops is not None else [],
+            **{name: values[i].tolist() for name, values in series.counters.items()},
         )
         for i in range(start, min(stop, len(series.channels)))
     ]

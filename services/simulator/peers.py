@@ -6,7 +6,9 @@
   stored fabric unchanged) with the measured reroute time, cached by (fabric, routing_version, links).
 - `export_series` writes a run's per-channel series to the telemetry service as a SIMULATED
   source: columns METRIC_TX_BYTES and METRIC_UTILISATION, plus METRIC_QUEUE_DEPTH_BYTES (mean per
-  interval) and METRIC_DROPS at PACKET fidelity (all COUNTER_KIND_DELTA), one port per
+  interval) and METRIC_DROPS at PACKET fidelity, and with faults, PFC or DCQCN also
+  METRIC_RCV_ERRORS, METRIC_XMIT_DISCARDS, METRIC_ECN_MARKED, METRIC_PAUSE_RX and
+  METRIC_PAUSE_DURATION_NS (all COUNTER_KIND_DELTA), one port per
   channel named like `leaf-0->spine-1`, sample times from the start of the simulation.
 
 Peers' errors become domain errors naming what the caller sent (`spec.fabric`).
@@ -107,6 +109,12 @@ def _batches(
                 (telemetry_pb2.METRIC_UTILISATION, series.utilisation),
                 (telemetry_pb2.METRIC_QUEUE_DEPTH_BYTES, series.mean_queue_bytes),  # PACKET only
                 (telemetry_pb2.METRIC_DROPS, series.drops),  # PACKET only
+                # PACKET only, with faults, PFC or DCQCN:
+                (telemetry_pb2.METRIC_RCV_ERRORS, series.counters.get("rcv_errors")),
+                (telemetry_pb2.METRIC_XMIT_DISCARDS, series.counters.get("xmit_discards")),
+                (telemetry_pb2.METRIC_ECN_MARKED, series.counters.get("ecn_marked_packets")),
+                (telemetry_pb2.METRIC_PAUSE_RX, series.counters.get("pause_frames")),
+                (telemetry_pb2.METRIC_PAUSE_DURATION_NS, series.counters.get("pause_ns")),
             ]
             yield telemetry_pb2.IngestSamplesRequest(
                 batch=telemetry_pb2.SampleBatch(

@@ -34,6 +34,9 @@ class ChannelSeries:
     mean_queue_bytes: np.ndarray | None = None  # float64 [C, B]
     peak_queue_bytes: np.ndarray | None = None  # int64 [C, B]
     drops: np.ndarray | None = None  # int64 [C, B], packets
+    # PACKET fidelity with faults, PFC or DCQCN: per-interval counters by LinkSeries field name
+    # (rcv_errors, xmit_discards, ecn_marked_packets, pause_frames, pause_ns), int64 [C, B] each.
+    counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @property
     def total_bytes(self) -> np.ndarray:
@@ -62,6 +65,7 @@ class ChannelSeries:
             spread(self.mean_queue_bytes),
             spread(self.peak_queue_bytes),
             spread(self.drops),
+            {name: spread(values) for name, values in self.counters.items()},
         )
 
 

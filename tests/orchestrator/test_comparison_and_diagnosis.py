@@ -77,3 +77,13 @@ def test_links_with_drops_are_lossy_findings_most_lossy_first():
     findings = lossy_links(ports({"a": 0.0, "b": 3.0, "c": 10.0}))
     assert [f.ports[0] for f in findings] == ["c", "b"]
     assert findings[0].kind == scenario_pb2.FINDING_KIND_LOSSY_LINK
+
+
+def test_receive_errors_make_a_link_lossy_even_without_drops_and_add_up_with_them():
+    findings = lossy_links(ports({"a": 2.0}), errors=ports({"b": 30.0, "a": 1.0, "c": 0.0}))
+    assert [f.ports[0] for f in findings] == ["b", "a"]
+    assert "30 receive errors" in findings[0].evidence
+    assert (
+        "3 packets lost on a" in findings[1].evidence
+        and "2 dropped, 1 receive errors" in findings[1].evidence
+    )

@@ -151,6 +151,9 @@ class PacketRun:
     channel_mean_queue: np.ndarray  # float64 [C, B] bytes
     channel_peak_queue: np.ndarray  # int64 [C, B] bytes
     channel_drops: np.ndarray  # int64 [C, B] packets
+    # Per-interval counters by LinkSeries field name (rcv_errors, xmit_discards, ecn_marked_packets,
+    # pause_frames, pause_ns), each int64 [C, B]; empty when the run had nothing to count.
+    channel_counter_series: dict[str, np.ndarray]
     channel_tx_bytes: np.ndarray  # int64 [C] wire bytes
     channel_tx_packets: np.ndarray  # int64 [C]
     channel_peak_queue_total: np.ndarray  # int64 [C]
@@ -257,6 +260,9 @@ class _Arrays:
         bins = MAX_BINS
         if config.sample_interval_ns and config.expected_end_ns:
             bins = max(16, int(2 * config.expected_end_ns * 1000 // interval_ps) + 2)
+        # Counter series only where something can count: faults, link events, PFC or DCQCN.
+        counted = bool(config.link_losses or config.link_events or config.pfc or config.dcqcn)
+        self._counter_columns = L.SE_SIZE if counted else 1
         self._alloc_series(n_ch, bins)
 
         # Flows.
@@ -431,7 +437,7 @@ class _Arrays:
 
     # -- allocation and growth ---------------------------------------------------------------------
     def _alloc_series(self, channels: int, bins: int) -> None:
-        if channels * bins * _SERIES_CELL_BYTES > _MAX_SERIES_BYTES:
+        if channels * bins * (_SERIES_CELL_BYTES + 8 * self._counter_columns) > _MAX_SERIES_BYTES:
             raise InvalidArgument(
                 "sample_interval_ns",
                 f"{bins} intervals x {channels} link directions would not fit in memory; "
@@ -443,6 +449,7 @@ class _Arrays:
         self.s_qpeak = np.zeros((bins, channels), dtype=np.int32)
         self.s_qint = np.zeros((bins, channels), dtype=np.float64)  # byte x ps: float32 loses sums
         self.s_drops = np.zeros((bins, channels), dtype=np.int32)
+        self.s_ev = np.zeros((bins, channels, self._counter_columns), dtype=np.int64)
 
     def _alloc_packets(self, count: int) -> None:
         self.p_flow = np.zeros(count, dtype=np.int32)
@@ -510,20 +517,21 @@ class _Arrays:
     def grow_bins(self, fixed_interval: bool) -> None:
         if fixed_interval:  # the caller chose the interval: keep it, add columns
             bins, channels = self.s_bytes.shape
-            if channels * 2 * bins * _SERIES_CELL_BYTES > _MAX_SERIES_BYTES:
+            cell = _SERIES_CELL_BYTES + 8 * self._counter_columns
+            if channels * 2 * bins * cell > _MAX_SERIES_BYTES:
                 raise InvalidArgument(
                     "sample_interval_ns",
                     f"the run outlasts {bins} intervals of {self.pr[L.PR_INTERVAL] // 1000} ns "
                     "and its series "
                     "would not fit in memory; use a coarser interval",
                 )
-            for name in ("s_bytes", "s_qpeak", "s_qint", "s_drops"):
+            for name in ("s_bytes", "s_qpeak", "s_qint", "s_drops", "s_ev"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros_like(a)], axis=0))
             self.pr[L.PR_BINS] = self.s_bytes.shape[0]
             return
         # Double the interval: column j of the new series is columns 2j and 2j+1 of the old.
-        for name in ("s_bytes", "s_qint", "s_drops"):
+        for name in ("s_bytes", "s_qint", "s_drops", "s_ev"):
             a = getattr(self, name)
             merged = np.zeros_like(a)
             merged[: a.shape[0] // 2] = a[0::2] + a[1::2]
@@ -679,6 +687,7 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         channel_mean_queue=a.s_qint[:used_bins].T.astype(np.float64) / interval_ps,
         channel_peak_queue=a.s_qpeak[:used_bins].T.astype(np.int64),
         channel_drops=a.s_drops[:used_bins].T.astype(np.int64),
+        channel_counter_series=_counter_series(a, used_bins),
         channel_tx_bytes=a.ch_tx_bytes.copy(),
         channel_tx_packets=a.ch_tx_packets.copy(),
         channel_peak_queue_total=a.ch_peak_q.copy(),
@@ -720,6 +729,20 @@ def _result(a: _Arrays, stopped: bool) -> PacketRun:
         flow_cnp_sent=a.fi[:, L.FI_CNP_SENT].copy(),
         flow_cnp_handled=a.fi[:, L.FI_CNP_HANDLED].copy(),
     )
+
+
+def _counter_series(a: _Arrays, bins: int) -> dict[str, np.ndarray]:
+    if a.s_ev.shape[2] == 1:
+        return {}
+    series = a.s_ev[:bins].transpose(1, 0, 2)
+    return {
+        "rcv_errors": series[:, :, L.SE_RCV_ERRORS].copy(),
+        "xmit_discards": series[:, :, L.SE_XMIT_DISCARDS].copy(),
+        "ecn_marked_packets": series[:, :, L.SE_ECN_MARKED].copy(),
+        "pause_frames": series[:, :, L.SE_PAUSES].copy(),
+        # Rounded on the cumulative curve, so that the intervals add up to the total in whole ns.
+        "pause_ns": np.diff(np.cumsum(series[:, :, L.SE_PAUSE_PS], axis=1) // 1000, axis=1, prepend=0),
+    }
 
 
 def _xmit_wait_ns(a: _Arrays) -> np.ndarray:

@@ -109,6 +109,15 @@ FF_ALPHA = 2
 FF_LINE = 3  # line rate of the flow's NIC port
 FF_SIZE = 4
 
+# --- s_ev: per-channel counter series [bin, channel, column] (allocated with one column when the
+# run has no fault, PFC or DCQCN: then nothing writes them) ------------------------------------------
+SE_RCV_ERRORS = 0
+SE_XMIT_DISCARDS = 1
+SE_ECN_MARKED = 2
+SE_PAUSES = 3  # PAUSE frames its transmitter received
+SE_PAUSE_PS = 4  # time its transmitter was paused
+SE_SIZE = 5
+
 # --- cn: per-channel counters (columns) ---------------------------------------------------------
 CN_ECN_MARKED = 0  # packets marked CE in this port's queue (ecn-marked-pkts)
 CN_XMIT_WAIT = 1  # ps with data queued and no credit (PortXmitWait)

@@ -150,6 +150,11 @@ from services.simulator.packet.layout import (
     SC_TIMEOUTS,
     SC_WIRE_LOST,
     SC_XMIT_DISCARDS,
+    SE_ECN_MARKED,
+    SE_PAUSE_PS,
+    SE_PAUSES,
+    SE_RCV_ERRORS,
+    SE_XMIT_DISCARDS,
 )
 
 __all__ = ["run_events"]
@@ -210,6 +215,7 @@ def run_events(
     s_qpeak,
     s_qint,
     s_drops,
+    s_ev,
     # routing: equal-cost next channels of (node, destination slot)
     node_row,
     g_off,
@@ -332,6 +338,11 @@ def run_events(
                 lo = max(t0, b * interval)
                 hi = min(t0 + duration, (b + 1) * interval)
                 s_bytes[b, c] += wire * (hi - lo) / duration
+
+    def spread_ps(column, c, t0, t1):
+        # A duration [t0, t1) into the counter series column, split over the bins it overlaps.
+        for b in range(t0 // interval, (t1 - 1) // interval + 1):
+            s_ev[b, c, column] += min(t1, (b + 1) * interval) - max(t0, b * interval)
 
     def set_queue(c, now, new_bytes):
         # Integrate the old depth over [q_last, now), then change it.
@@ -814,11 +825,12 @@ def run_events(
         # A switch port whose link is down throws the packet away (PortXmitDiscards).
         cn[c, CN_XMIT_DISCARDS] += 1
         sc[SC_XMIT_DISCARDS] += 1
+        s_ev[now // interval, c, SE_XMIT_DISCARDS] += 1
         if credits:
             leave_input_buffer(p, now)
         lose(p, now)
 
-    def mark_ecn(c, p):
+    def mark_ecn(c, p, now):
         # RED-style marking on the depth the packet finds: none up to Kmin, rising linearly to Pmax
         # at Kmax, every packet beyond.
         depth = q_bytes[c]
@@ -828,6 +840,7 @@ def run_events(
             return
         p_ecn[p] = 1
         cn[c, CN_ECN_MARKED] += 1
+        s_ev[now // interval, c, SE_ECN_MARKED] += 1
         sc[SC_ECN_MARKED] += 1
 
     def enqueue(c, p, now):
@@ -835,7 +848,7 @@ def run_events(
             discard(c, p, now)
             return
         if dcqcn:
-            mark_ecn(c, p)
+            mark_ecn(c, p, now)
         if credits:
             if q_head[c] < 0 and ch_free_at[c] <= now and has_credit(c, p_wire[p], now):
                 start_tx(c, p, now)
@@ -1001,6 +1014,7 @@ def run_events(
             if (ch_loss_kind[arrived_on] != 0 and corrupted(arrived_on, p, now)) or injected_loss(f, p):
                 ch_rcv_errors[arrived_on] += 1
                 sc[SC_CORRUPTED] += 1
+                s_ev[now // interval, arrived_on, SE_RCV_ERRORS] += 1
                 if credits:  # the receiver drops it from its buffer at once
                     return_credit(arrived_on, p_wire[p], now)
                 lose(p, now)
@@ -1033,10 +1047,13 @@ def run_events(
             ch_paused[c] = 1
             ch_pause_frames[c] += 1
             ch_pause_since[c] = now
+            s_ev[now // interval, c, SE_PAUSES] += 1
         elif kind == EV_RESUME:
             c = arg
             ch_paused[c] = 0
             ch_pause_ps[c] += now - ch_pause_since[c]
+            if now > ch_pause_since[c]:
+                spread_ps(SE_PAUSE_PS, c, ch_pause_since[c], now)
             if ch_from_host[c]:
                 if ch_busy[c] == 0:
                     pull(c, now)

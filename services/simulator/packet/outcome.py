@@ -241,6 +241,7 @@ def run_packet_simulation(
         mean_queue_bytes=run.channel_mean_queue[carried],
         peak_queue_bytes=run.channel_peak_queue[carried],
         drops=run.channel_drops[carried],
+        counters={name: values[carried] for name, values in run.channel_counter_series.items()},
     )
     tiers = snapshot.node_tier.astype(np.int32)
     source, target = snapshot.channel_source(), snapshot.channel_target()

@@ -1265,6 +1265,11 @@ class LinkSeries(_message.Message):
     MEAN_QUEUE_BYTES_FIELD_NUMBER: _builtins.int
     PEAK_QUEUE_BYTES_FIELD_NUMBER: _builtins.int
     DROPS_FIELD_NUMBER: _builtins.int
+    RCV_ERRORS_FIELD_NUMBER: _builtins.int
+    XMIT_DISCARDS_FIELD_NUMBER: _builtins.int
+    ECN_MARKED_PACKETS_FIELD_NUMBER: _builtins.int
+    PAUSE_FRAMES_FIELD_NUMBER: _builtins.int
+    PAUSE_NS_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """Link index."""
     direction: _builtins.int
@@ -1295,6 +1300,28 @@ class LinkSeries(_message.Message):
     def drops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Drops per interval."""
 
+    @_builtins.property
+    def rcv_errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """PACKET fidelity with faults, PFC or DCQCN (empty otherwise): packets lost to bit errors at its
+        receiver per interval (PortRcvErrors).
+        """
+
+    @_builtins.property
+    def xmit_discards(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """... packets discarded because the link was down (PortXmitDiscards)."""
+
+    @_builtins.property
+    def ecn_marked_packets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """... packets marked Congestion Experienced in its transmitter's queue."""
+
+    @_builtins.property
+    def pause_frames(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """... PFC PAUSE frames its transmitter received (rx_prio3_pause)."""
+
+    @_builtins.property
+    def pause_ns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """... time its transmitter spent paused, ns (rx_prio3_pause_duration)."""
+
     def __init__(
         self,
         *,
@@ -1308,10 +1335,15 @@ class LinkSeries(_message.Message):
         mean_queue_bytes: _abc.Iterable[_builtins.float] | None = ...,
         peak_queue_bytes: _abc.Iterable[_builtins.int] | None = ...,
         drops: _abc.Iterable[_builtins.int] | None = ...,
+        rcv_errors: _abc.Iterable[_builtins.int] | None = ...,
+        xmit_discards: _abc.Iterable[_builtins.int] | None = ...,
+        ecn_marked_packets: _abc.Iterable[_builtins.int] | None = ...,
+        pause_frames: _abc.Iterable[_builtins.int] | None = ...,
+        pause_ns: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "interval_ns", b"interval_ns", "link", b"link", "mean_queue_bytes", b"mean_queue_bytes", "peak_queue_bytes", b"peak_queue_bytes", "start_ns", b"start_ns", "utilisation", b"utilisation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "ecn_marked_packets", b"ecn_marked_packets", "interval_ns", b"interval_ns", "link", b"link", "mean_queue_bytes", b"mean_queue_bytes", "pause_frames", b"pause_frames", "pause_ns", b"pause_ns", "peak_queue_bytes", b"peak_queue_bytes", "rcv_errors", b"rcv_errors", "start_ns", b"start_ns", "utilisation", b"utilisation", "xmit_discards", b"xmit_discards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
