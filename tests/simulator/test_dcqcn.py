@@ -129,3 +129,31 @@ def test_settings_that_cannot_work_are_refused_naming_the_field(settings, field)
     with pytest.raises(InvalidArgument) as caught:
         run_simulation(spec, FABRIC)
     assert caught.value.field == field
+
+
+def test_a_connections_transfers_share_one_dcqcn_rate_state():
+    from services.simulator.packet.engine import PacketEngineConfig, _Arrays
+    from services.simulator.paths import route_workload
+    from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec, SimulationSpec
+    from services.simulator.workload import build_workload
+
+    spec = SimulationSpec.from_dict(
+        {
+            "fabric": "fabrics/test",
+            "fidelity": "PACKET",
+            "jobs": [
+                {"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 4, "qps_per_connection": 2}
+            ],
+            "load_balancing": {"mode": "ECMP"},
+        }
+    )
+    workload = build_workload(spec, FABRIC)
+    lb = LoadBalancingSpec(mode=LoadBalancingMode.ECMP)
+    routes, flow_route = route_workload(lb, FABRIC, workload, 0)
+    config = PacketEngineConfig(LoadBalancingMode.ECMP, False, 4096, 82, 1 << 20, 0, 0)
+    arrays = _Arrays(FABRIC, workload, routes, flow_route, config, 1_000_000)
+    # A 4-rank ring: 4 connections x 2 QPs, each QP carrying one flow per ring step (6 steps).
+    assert len(arrays.qf) == 8
+    assert np.bincount(arrays.f_qp).tolist() == [6] * 8
+    same_port = workload.flow_source_port[arrays.f_qp == arrays.f_qp[0]]
+    assert len(set(same_port.tolist())) == 1

@@ -21,7 +21,7 @@ from services.simulator.flow_model import Cancelled
 from services.simulator.packet import layout as L
 from services.simulator.packet.heap import heap_push
 from services.simulator.packet.loop import run_events
-from services.simulator.paths import FlowRoutes, _Walker
+from services.simulator.paths import FlowRoutes, _Walker, unique_rows
 from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
@@ -298,13 +298,25 @@ class _Arrays:
         # ACKs return over the flow's path latency (propagation and switches, both ways alike).
         self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
         self.fi = np.zeros((flows, L.FI_SIZE), dtype=np.int64)
-        self.fi[:, L.FI_LAST_CNP] = np.iinfo(np.int64).min // 2
         self.fi[:, L.FI_REC_START] = -1
-        self.ff = np.zeros((flows, L.FF_SIZE), dtype=np.float64)
-        self.ff[:, L.FF_LINE] = rate[self.f_first_ch]
-        self.ff[:, L.FF_RATE] = self.ff[:, L.FF_LINE]
-        self.ff[:, L.FF_TARGET] = self.ff[:, L.FF_LINE]
-        self.ff[:, L.FF_ALPHA] = 1.0  # DCQCN starts from alpha = 1
+        # DCQCN state per QP: the flows of one connection's QP (same job, ends, UDP port and
+        # destination QP) across its transfers share one rate.
+        qp_of = [
+            workload.flow_job,
+            workload.flow_source,
+            workload.flow_destination,
+            workload.flow_source_port,
+            workload.flow_destination_qp,
+        ]
+        self.f_qp = unique_rows(qp_of)[1].astype(np.int32) if flows else np.zeros(0, dtype=np.int32)
+        qps = int(self.f_qp.max(initial=-1)) + 1
+        self.qi = np.zeros((qps, L.QI_SIZE), dtype=np.int64)
+        self.qi[:, L.QI_LAST_CNP] = np.iinfo(np.int64).min // 2
+        self.qf = np.zeros((qps, L.QF_SIZE), dtype=np.float64)
+        self.qf[self.f_qp, L.QF_LINE] = rate[self.f_first_ch]
+        self.qf[:, L.QF_RATE] = self.qf[:, L.QF_LINE]
+        self.qf[:, L.QF_TARGET] = self.qf[:, L.QF_LINE]
+        self.qf[:, L.QF_ALPHA] = 1.0  # DCQCN starts from alpha = 1
         self.max_hops = 2 * max(4, int(snapshot.node_tier.max(initial=0)) + 2) + 2
         self._alloc_slots(256)
         self.rob_hist = np.zeros(64, dtype=np.int64)

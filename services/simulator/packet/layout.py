@@ -86,28 +86,34 @@ PF_RHAI = 3  # hyper increase, bit/s
 PF_MIN_RATE = 4  # floor of the rate cut, bit/s
 PF_SIZE = 8
 
-# --- fi / ff: per-flow transport state (columns) ------------------------------------------------
-FI_NEXT_TX = 0  # DCQCN: earliest time the rate limiter lets the flow's next packet go, ps
-FI_LAST_CNP = 1  # DCQCN NP: when this flow's receiver last sent a CNP, ps
-FI_BYTES = 2  # DCQCN RP: bytes sent since the byte counter last fired
-FI_T_STAGE = 3  # DCQCN RP: rate-timer events since the last cut
-FI_B_STAGE = 4  # DCQCN RP: byte-counter events since the last cut
-FI_ALPHA_AT = 5  # DCQCN RP: when alpha next decays (the pending timer re-arms lazily)
-FI_RATE_AT = 6  # DCQCN RP: when the rate timer next fires
-FI_CC = 7  # DCQCN RP: 1 while the flow is rate-limited (timers running)
-FI_CNP_SENT = 8
-FI_CNP_HANDLED = 9
-FI_RESENT = 10  # Go-Back-N: packets of this flow sent again
-FI_RESENT_BYTES = 11
-FI_REC_START = 12  # Go-Back-N: when the current loss recovery began (-1: none)
-FI_REC_POINT = 13  # ... and the PSN whose acknowledgement ends it
-FI_REC_PS = 14  # total time spent in loss recovery
-FI_SIZE = 16
-FF_RATE = 0  # DCQCN current rate RC, bit/s
-FF_TARGET = 1  # DCQCN target rate RT
-FF_ALPHA = 2
-FF_LINE = 3  # line rate of the flow's NIC port
-FF_SIZE = 4
+# --- fi: per-flow counters (columns) ------------------------------------------------------------
+FI_CNP_SENT = 0  # CNPs its receiver sent
+FI_CNP_HANDLED = 1  # CNPs its sender acted on
+FI_RESENT = 2  # Go-Back-N: packets of this flow sent again
+FI_RESENT_BYTES = 3
+FI_REC_START = 4  # Go-Back-N: when the current loss recovery began (-1: none)
+FI_REC_POINT = 5  # ... and the PSN whose acknowledgement ends it
+FI_REC_PS = 6  # total time spent in loss recovery
+FI_SIZE = 8
+
+# --- qi / qf: DCQCN state per QP (a connection's queue pair, across the flows of its transfers) ---
+QI_NEXT_TX = 0  # earliest time the rate limiter lets the QP's next packet go, ps
+QI_LAST_CNP = 1  # NP: when the QP's receiver last sent a CNP, ps
+QI_BYTES = 2  # RP: bytes sent since the byte counter last fired
+QI_T_STAGE = 3  # RP: rate-timer events since the last cut
+QI_B_STAGE = 4  # RP: byte-counter events since the last cut
+QI_ALPHA_AT = 5  # RP: when alpha next decays (the pending timer re-arms lazily)
+QI_RATE_AT = 6  # RP: when the rate timer next fires
+QI_CC = 7  # RP: 1 while the QP is rate-limited
+QI_FLOW = 8  # the QP's latest flow (its timers run while that flow is unfinished)
+QI_ALPHA_PENDING = 9  # an alpha-timer event is in the heap
+QI_RATE_PENDING = 10  # a rate-timer event is in the heap
+QI_SIZE = 12
+QF_RATE = 0  # current rate RC, bit/s
+QF_TARGET = 1  # target rate RT
+QF_ALPHA = 2
+QF_LINE = 3  # line rate of the QP's NIC port
+QF_SIZE = 4
 
 # --- s_ev: per-channel counter series [bin, channel, column] (allocated with one column when the
 # run has no fault, PFC or DCQCN: then nothing writes them) ------------------------------------------
@@ -148,7 +154,7 @@ EV_RTO = 4  # arg: flow; its retransmission timer may have expired
 EV_PAUSE = 5  # arg: channel; a PFC PAUSE reaches its transmitter
 EV_RESUME = 6  # arg: channel; a PFC RESUME (XON) reaches its transmitter
 EV_CNP = 7  # arg: flow; a CNP reaches the flow's sender
-EV_CC_TIMER = 8  # arg: flow << 1 | (0: alpha timer, 1: rate-increase timer)
+EV_CC_TIMER = 8  # arg: QP << 1 | (0: alpha timer, 1: rate-increase timer)
 EV_PACE = 9  # arg: channel; a rate-limited flow of this NIC port may send again
 EV_CREDIT = 10  # arg: channel << 16 | bytes; credit returns to the channel's transmitter
 EV_LINK = 11  # arg: link << 1 | up; a link goes down (0) or comes back (1)

@@ -49,25 +49,13 @@ from services.simulator.packet.layout import (
     EV_RESUME,
     EV_RTO,
     EV_TX_DONE,
-    FF_ALPHA,
-    FF_LINE,
-    FF_RATE,
-    FF_TARGET,
-    FI_ALPHA_AT,
-    FI_B_STAGE,
-    FI_BYTES,
-    FI_CC,
     FI_CNP_HANDLED,
     FI_CNP_SENT,
-    FI_LAST_CNP,
-    FI_NEXT_TX,
-    FI_RATE_AT,
     FI_REC_POINT,
     FI_REC_PS,
     FI_REC_START,
     FI_RESENT,
     FI_RESENT_BYTES,
-    FI_T_STAGE,
     MODE_ADAPTIVE,
     MODE_ECMP,
     MODE_FLOWLET,
@@ -109,6 +97,21 @@ from services.simulator.packet.layout import (
     PR_WINDOW,
     PR_XOFF,
     PR_XON,
+    QF_ALPHA,
+    QF_LINE,
+    QF_RATE,
+    QF_TARGET,
+    QI_ALPHA_AT,
+    QI_ALPHA_PENDING,
+    QI_B_STAGE,
+    QI_BYTES,
+    QI_CC,
+    QI_FLOW,
+    QI_LAST_CNP,
+    QI_NEXT_TX,
+    QI_RATE_AT,
+    QI_RATE_PENDING,
+    QI_T_STAGE,
     RC_BUDGET,
     RC_DONE,
     RC_GROW_BINS,
@@ -251,7 +254,9 @@ def run_events(
     f_rto_at,
     f_ack_lat,
     fi,
-    ff,
+    f_qp,
+    qi,
+    qf,
     ch_ring_len,
     ch_loss_kind,
     ch_loss_a,
@@ -428,62 +433,77 @@ def run_events(
             h_time, h_kind, h_arg, sc[SC_HEAP], now + duration + ch_delay_ps[c], EV_ARRIVE, p
         )
 
-    # ---- DCQCN -----------------------------------------------------------------------------------------
-    def cc_timer(f, which, when):
-        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], when, EV_CC_TIMER, (f << 1) | which)
+    # ---- DCQCN (state per QP: a connection's rate carries from one transfer to the next) ------------
+    def cc_timer(q, which, when):
+        if which == 0:
+            qi[q, QI_ALPHA_PENDING] = 1
+        else:
+            qi[q, QI_RATE_PENDING] = 1
+        sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], when, EV_CC_TIMER, (q << 1) | which)
 
-    def rate_increase(f):
+    def arm_timers(q, now):
+        # Timers run while the QP is rate-limited and has a flow to send; idle, they wait.
+        if qi[q, QI_ALPHA_PENDING] == 0:
+            qi[q, QI_ALPHA_AT] = max(qi[q, QI_ALPHA_AT], now + pr[PR_ALPHA_TIMER])
+            cc_timer(q, 0, qi[q, QI_ALPHA_AT])
+        if qi[q, QI_RATE_PENDING] == 0:
+            qi[q, QI_RATE_AT] = max(qi[q, QI_RATE_AT], now + pr[PR_RATE_TIMER])
+            cc_timer(q, 1, qi[q, QI_RATE_AT])
+
+    def rate_increase(q):
         # One increase event: fast recovery toward the target while both counters are below F,
         # hyper increase once both passed it, additive increase in between (DCQCN, Zhu et al. 2015).
-        t_stage = fi[f, FI_T_STAGE]
-        b_stage = fi[f, FI_B_STAGE]
+        t_stage = qi[q, QI_T_STAGE]
+        b_stage = qi[q, QI_B_STAGE]
         stages = pr[PR_STAGES]
-        line = ff[f, FF_LINE]
+        line = qf[q, QF_LINE]
         if max(t_stage, b_stage) >= stages:
             if min(t_stage, b_stage) > stages:
-                ff[f, FF_TARGET] += (min(t_stage, b_stage) - stages) * pf[PF_RHAI]
+                qf[q, QF_TARGET] += (min(t_stage, b_stage) - stages) * pf[PF_RHAI]
             else:
-                ff[f, FF_TARGET] += pf[PF_RAI]
-            if ff[f, FF_TARGET] > line:
-                ff[f, FF_TARGET] = line
-        ff[f, FF_RATE] = 0.5 * (ff[f, FF_TARGET] + ff[f, FF_RATE])
-        if ff[f, FF_RATE] >= line * 0.999:  # back at line rate: no limiter, timers stop
-            ff[f, FF_RATE] = line
-            ff[f, FF_TARGET] = line
-            fi[f, FI_CC] = 0
+                qf[q, QF_TARGET] += pf[PF_RAI]
+            if qf[q, QF_TARGET] > line:
+                qf[q, QF_TARGET] = line
+        qf[q, QF_RATE] = 0.5 * (qf[q, QF_TARGET] + qf[q, QF_RATE])
+        if qf[q, QF_RATE] >= line * 0.999:  # back at line rate: no limiter, timers stop
+            qf[q, QF_RATE] = line
+            qf[q, QF_TARGET] = line
+            qi[q, QI_CC] = 0
 
     def cnp_arrives(f, now):
         fi[f, FI_CNP_HANDLED] += 1
         sc[SC_CNP_HANDLED] += 1
-        if fi[f, FI_CC] == 0:  # the first CNP since line rate: the limiter and its timers start
-            fi[f, FI_CC] = 1
-            cc_timer(f, 0, now + pr[PR_ALPHA_TIMER])
-            cc_timer(f, 1, now + pr[PR_RATE_TIMER])
-        ff[f, FF_TARGET] = ff[f, FF_RATE]
-        ff[f, FF_RATE] = max(pf[PF_MIN_RATE], ff[f, FF_RATE] * (1.0 - 0.5 * ff[f, FF_ALPHA]))
-        ff[f, FF_ALPHA] = (1.0 - pf[PF_G]) * ff[f, FF_ALPHA] + pf[PF_G]
-        fi[f, FI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]  # the pending timers re-arm lazily
-        fi[f, FI_RATE_AT] = now + pr[PR_RATE_TIMER]
-        fi[f, FI_T_STAGE] = 0
-        fi[f, FI_B_STAGE] = 0
-        fi[f, FI_BYTES] = 0
+        q = f_qp[f]
+        if qi[q, QI_CC] == 0:  # the first CNP since line rate: the limiter starts
+            qi[q, QI_CC] = 1
+        qf[q, QF_TARGET] = qf[q, QF_RATE]
+        qf[q, QF_RATE] = max(pf[PF_MIN_RATE], qf[q, QF_RATE] * (1.0 - 0.5 * qf[q, QF_ALPHA]))
+        qf[q, QF_ALPHA] = (1.0 - pf[PF_G]) * qf[q, QF_ALPHA] + pf[PF_G]
+        qi[q, QI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]  # pending timers re-arm lazily
+        qi[q, QI_RATE_AT] = now + pr[PR_RATE_TIMER]
+        qi[q, QI_T_STAGE] = 0
+        qi[q, QI_B_STAGE] = 0
+        qi[q, QI_BYTES] = 0
+        if f_finish[qi[q, QI_FLOW]] < 0:
+            arm_timers(q, now)
 
     def maybe_send_cnp(f, now):
-        # The receiving NIC (NP) answers a CE-marked packet with a CNP, at most one per interval.
-        if now - fi[f, FI_LAST_CNP] >= pr[PR_CNP_INTERVAL]:
-            fi[f, FI_LAST_CNP] = now
+        # The receiving NIC (NP) answers a CE-marked packet with a CNP, at most one per QP per interval.
+        q = f_qp[f]
+        if now - qi[q, QI_LAST_CNP] >= pr[PR_CNP_INTERVAL]:
+            qi[q, QI_LAST_CNP] = now
             fi[f, FI_CNP_SENT] += 1
             sc[SC_CNP_SENT] += 1
             sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + f_ack_lat[f], EV_CNP, f)
 
-    def paced(f, c, wire, now):
-        # The rate limiter of a rate-limited flow: its next packet may go wire bytes at RC later.
-        fi[f, FI_NEXT_TX] = max(fi[f, FI_NEXT_TX], now) + int(wire * 8e12 / ff[f, FF_RATE])
-        fi[f, FI_BYTES] += wire
-        if fi[f, FI_BYTES] >= pr[PR_BYTE_COUNTER]:
-            fi[f, FI_BYTES] -= pr[PR_BYTE_COUNTER]
-            fi[f, FI_B_STAGE] += 1
-            rate_increase(f)
+    def paced(q, wire, now):
+        # The rate limiter of a rate-limited QP: its next packet may go wire bytes at RC later.
+        qi[q, QI_NEXT_TX] = max(qi[q, QI_NEXT_TX], now) + int(wire * 8e12 / qf[q, QF_RATE])
+        qi[q, QI_BYTES] += wire
+        if qi[q, QI_BYTES] >= pr[PR_BYTE_COUNTER]:
+            qi[q, QI_BYTES] -= pr[PR_BYTE_COUNTER]
+            qi[q, QI_B_STAGE] += 1
+            rate_increase(q)
 
     # ---- collective structure -----------------------------------------------------------------------
     def release_dependents(t, arrival, now):
@@ -558,9 +578,9 @@ def run_events(
             while True:
                 if gbn and f_snd_nxt[f] - f_snd_una[f] >= window_pkts:
                     pass  # its window is full
-                elif dcqcn and fi[f, FI_CC] == 1 and fi[f, FI_NEXT_TX] > now:
-                    if wake < 0 or fi[f, FI_NEXT_TX] < wake:
-                        wake = fi[f, FI_NEXT_TX]
+                elif dcqcn and qi[f_qp[f], QI_CC] == 1 and qi[f_qp[f], QI_NEXT_TX] > now:
+                    if wake < 0 or qi[f_qp[f], QI_NEXT_TX] < wake:
+                        wake = qi[f_qp[f], QI_NEXT_TX]
                 else:
                     break
                 f = act_next[f]
@@ -590,8 +610,8 @@ def run_events(
         p_ecn[p] = 0
         p_in[p] = -1
         sc[SC_INJECTED] += 1
-        if dcqcn and fi[f, FI_CC] == 1:
-            paced(f, c, payload + header, now)
+        if dcqcn and qi[f_qp[f], QI_CC] == 1:
+            paced(f_qp[f], payload + header, now)
         if gbn:
             f_snd_nxt[f] = seq + 1
             if seq < f_high[f]:
@@ -619,6 +639,11 @@ def run_events(
 
     def activate(f, now):
         f_start[f] = now
+        if dcqcn:
+            q = f_qp[f]
+            qi[q, QI_FLOW] = f
+            if qi[q, QI_CC] == 1 and f_size[f] > 0:
+                arm_timers(q, now)
         if f_size[f] == 0:
             flow_left(f, now)
             flow_accounted(f, now)
@@ -1087,23 +1112,30 @@ def run_events(
         elif kind == EV_CNP:
             cnp_arrives(arg, now)
         elif kind == EV_CC_TIMER:
-            f = arg >> 1
+            q = arg >> 1
             which = arg & 1
-            if fi[f, FI_CC] == 0 or f_finish[f] >= 0:
-                continue  # back at line rate, or done: the timers stop
-            due = fi[f, FI_RATE_AT] if which else fi[f, FI_ALPHA_AT]
+            if qi[q, QI_CC] == 0 or f_finish[qi[q, QI_FLOW]] >= 0:
+                # Back at line rate, or the QP has nothing to send: this timer stops.
+                if which:
+                    qi[q, QI_RATE_PENDING] = 0
+                else:
+                    qi[q, QI_ALPHA_PENDING] = 0
+                continue
+            due = qi[q, QI_RATE_AT] if which else qi[q, QI_ALPHA_AT]
             if now < due:  # a CNP re-armed it since
-                cc_timer(f, which, due)
+                cc_timer(q, which, due)
             elif which == 0:
-                ff[f, FF_ALPHA] *= 1.0 - pf[PF_G]
-                fi[f, FI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]
-                cc_timer(f, 0, fi[f, FI_ALPHA_AT])
+                qf[q, QF_ALPHA] *= 1.0 - pf[PF_G]
+                qi[q, QI_ALPHA_AT] = now + pr[PR_ALPHA_TIMER]
+                cc_timer(q, 0, qi[q, QI_ALPHA_AT])
             else:
-                fi[f, FI_T_STAGE] += 1
-                rate_increase(f)
-                fi[f, FI_RATE_AT] = now + pr[PR_RATE_TIMER]
-                if fi[f, FI_CC] == 1:
-                    cc_timer(f, 1, fi[f, FI_RATE_AT])
+                qi[q, QI_T_STAGE] += 1
+                rate_increase(q)
+                qi[q, QI_RATE_AT] = now + pr[PR_RATE_TIMER]
+                if qi[q, QI_CC] == 1:
+                    cc_timer(q, 1, qi[q, QI_RATE_AT])
+                else:
+                    qi[q, QI_RATE_PENDING] = 0
         elif kind == EV_PACE:
             c = arg
             if cn[c, CN_PACE_AT] <= now:

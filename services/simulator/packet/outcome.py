@@ -90,8 +90,8 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             f"(probability rising to {settings.pmax} at {settings.kmax_bytes}, all beyond); receivers send "
             f"at most one CNP per flow per {settings.cnp_interval_ns} ns; senders cut by alpha/2 and recover "
             f"(g={settings.g:.5f}, timers {settings.alpha_timer_ns}/{settings.rate_increase_timer_ns} ns, "
-            f"F={settings.fast_recovery_stages}). Rate state is per QP flow (each transfer's flow starts "
-            "at line rate)."
+            f"F={settings.fast_recovery_stages}). Rate state is per QP and carries from one transfer of "
+            "a connection to the next; its timers pause while the QP has nothing to send."
         )
     for fault in spec.faults:
         notes.append(
