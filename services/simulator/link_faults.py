@@ -20,7 +20,7 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
-from services.simulator.faults import FaultKind, resolve_link
+from services.simulator.faults import FaultKind, RerouteModel, resolve_link
 from services.simulator.packet.engine import LinkEvent, RoutingEpoch
 from services.simulator.paths import route_workload
 from services.simulator.spec import SimulationSpec
@@ -79,6 +79,7 @@ def link_fault_plan(
     lb = spec.load_balancing
     assert lb is not None
     events, epochs, notes = [], [], []
+    order: list[int] = []  # change order of each epoch
     for change, down in zip(changes, _down_after_each(changes), strict=True):
         events.append(LinkEvent(change.time_ns, change.link, change.up))
         fault = spec.faults[change.fault]
@@ -105,11 +106,19 @@ def link_fault_plan(
             )
             continue
         epochs.append(RoutingEpoch(change.time_ns + delay, routing, routes, np.asarray(flow_route)))
-        measured = f" (measured recompute {measured_s * 1e3:.2f} ms)" if measured_s else ""
+        uses_measure = fault.reroute == RerouteModel.SUBNET_MANAGER and not fault.reroute_delay_ns
+        measured = f" (measured recompute {measured_s * 1e3:.2f} ms)" if uses_measure else ""
         notes.append(
             f"faults[{change.fault}]: link {snapshot.link_names[change.link]} "
             f"{'up' if change.up else 'down'} at {change.time_ns} ns; {fault.reroute.value} reroute "
-            f"takes effect {delay} ns later{'' if fault.reroute_delay_ns else measured}."
+            f"takes effect {delay} ns later{measured}."
         )
-    epochs.sort(key=lambda e: e.time_ns)
-    return tuple(events), tuple(epochs), notes
+        order.append(len(order))
+    # A slower reaction to an earlier change must not undo a faster one to a later change: in time
+    # order, an epoch older (by change) than one already installed is superseded.
+    kept, newest = [], -1
+    for epoch, rank in sorted(zip(epochs, order, strict=True), key=lambda pair: pair[0].time_ns):
+        if rank > newest:
+            kept.append(epoch)
+            newest = rank
+    return tuple(events), tuple(kept), notes

@@ -29,7 +29,14 @@ from services.simulator.results import (
     uplink_skew,
 )
 from services.simulator.series import channel_series, default_sample_interval_ns
-from services.simulator.spec import Fidelity, LoadBalancingMode, SimulationSpec, Transport, validate_spec
+from services.simulator.spec import (
+    Algorithm,
+    Fidelity,
+    LoadBalancingMode,
+    SimulationSpec,
+    Transport,
+    validate_spec,
+)
 from services.simulator.workload import build_workload
 
 __all__ = ["WorkerFailure", "model_notes", "run_in_worker", "run_simulation"]
@@ -73,6 +80,12 @@ def model_notes(spec: SimulationSpec) -> list[str]:
         notes.append("With several iterations, completion_ns covers all of them; algbw/busbw use the mean.")
     if spec.transport == Transport.INFINIBAND:
         notes.append("InfiniBand transport: credits and VLs do not change FLOW results.")
+    if any(job.algorithm == Algorithm.SHARP for job in spec.jobs):
+        notes.append(
+            "SHARP at FLOW fidelity: one aggregation tree per job; each switch reduces a chunk once it has "
+            "arrived from all its children and forwards it whole (SHARP hardware streams packets); SHARP "
+            "hops stay on the tree's links whatever the load-balancing mode."
+        )
     return notes
 
 

@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 
+MAX_PACKET_MTU_BYTES = 65_536
+
+
 class Fidelity(enum.StrEnum):
     FLOW = "FLOW"
     PACKET = "PACKET"
@@ -305,6 +308,12 @@ def validate_spec(spec: SimulationSpec) -> None:
         raise InvalidArgument("load_balancing.spray_random", f"applies to SPRAY only, not {lb.mode.value}")
     if spec.mtu_bytes <= 0:
         raise InvalidArgument("mtu_bytes", f"must be positive, got {spec.mtu_bytes}")
+    if spec.fidelity == Fidelity.PACKET and spec.mtu_bytes > MAX_PACKET_MTU_BYTES:
+        raise InvalidArgument(
+            "mtu_bytes",
+            f"{spec.mtu_bytes} is above {MAX_PACKET_MTU_BYTES}, the largest packet the packet engine carries "
+            "(InfiniBand's MTU is at most 4096, Ethernet jumbo frames about 9000)",
+        )
     if spec.fidelity == Fidelity.PACKET and spec.buffer_bytes and spec.buffer_bytes < spec.mtu_bytes:
         raise InvalidArgument(
             "buffer_bytes", f"{spec.buffer_bytes} cannot hold one packet of mtu_bytes={spec.mtu_bytes}"

@@ -157,3 +157,22 @@ def test_a_connections_transfers_share_one_dcqcn_rate_state():
     assert np.bincount(arrays.f_qp).tolist() == [6] * 8
     same_port = workload.flow_source_port[arrays.f_qp == arrays.f_qp[0]]
     assert len(set(same_port.tolist())) == 1
+
+
+# A parking lot: host-1 shares leaf-0 -> host-0 with three senders behind one spine port. The
+# switch's FIFO serves its two input ports alike, so with PFC alone host-1 gets half the port and the
+# three others a sixth each; DCQCN, marking early enough (Kmax 50 KB, Pmax 0.2, a CNP per 4 us,
+# R_AI 500 Mb/s), cuts whoever sends too fast and evens them out.
+PARKING_LOT = [(1, 0), (4, 0), (5, 0), (6, 0)]
+TUNED = {"cnp_interval_ns": 4000, "ecn_kmax_bytes": 50_000, "ecn_pmax": 0.2, "rate_ai_mbps": 500}
+
+
+def jain(outcome) -> float:
+    flows = outcome.flows
+    throughput = flows.size_bytes / (flows.finish_ns - flows.start_ns)
+    return float(throughput.sum() ** 2 / (len(throughput) * (throughput**2).sum()))
+
+
+def test_dcqcn_evens_out_the_parking_lot_that_pfc_alone_leaves_unfair():
+    assert jain(run(dcqcn=False, flows=PARKING_LOT)) < 0.93
+    assert jain(run(dcqcn=True, flows=PARKING_LOT, **TUNED)) > 0.98

@@ -606,6 +606,7 @@ def simulate_packets(
         elif code == L.RC_REROUTE:
             epoch = config.reroutes[int(arrays.sc[L.SC_EPOCH])]
             arrays.install_routes(epoch.snapshot, epoch.routes, epoch.flow_route)
+            arrays.f_fl_ch[:] = -1  # flowlets start over on the new routes
         elif code == L.RC_LOOP:
             raise FailedPrecondition(
                 f"a packet exceeded {arrays.max_hops} hops in {snapshot.fabric}: the routes loop"
@@ -628,7 +629,10 @@ def _check_progress(a: _Arrays, config: PacketEngineConfig) -> None:
     good): stop it once nothing was delivered for STALL_NS after the last scheduled link change."""
     now_ns = int(a.sc[L.SC_NOW]) // 1000
     last_change = max(
-        [e.time_ns for e in config.link_events] + [e.time_ns for e in config.reroutes], default=0
+        [e.time_ns for e in config.link_events]
+        + [e.time_ns for e in config.reroutes]
+        + [int(a.t_release.max(initial=0)) // 1000],  # a transfer released later is not a stall
+        default=0,
     )
     since = now_ns - max(int(a.sc[L.SC_LAST_DELIVERY]) // 1000, last_change)
     if since > STALL_NS:

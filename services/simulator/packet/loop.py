@@ -386,7 +386,7 @@ def run_events(
     # corrupted or discarded). Hosts drain at line rate: their channels hold unlimited credit.
     def return_credit(c, wire, now):
         sc[SC_HEAP] = heap_push(
-            h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[c], EV_CREDIT, (c << 16) | wire
+            h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[c], EV_CREDIT, (c << 20) | wire
         )
 
     def enter_input_buffer(c, p):
@@ -457,7 +457,9 @@ def run_events(
         b_stage = qi[q, QI_B_STAGE]
         stages = pr[PR_STAGES]
         line = qf[q, QF_LINE]
-        if max(t_stage, b_stage) >= stages:
+        # The counters were just incremented: F events of fast recovery, then additive increase once
+        # one counter passed F, hyper increase once both did.
+        if max(t_stage, b_stage) > stages:
             if min(t_stage, b_stage) > stages:
                 qf[q, QF_TARGET] += (min(t_stage, b_stage) - stages) * pf[PF_RHAI]
             else:
@@ -669,7 +671,9 @@ def run_events(
         ties = 0
         for i in range(start, end):
             c = g_ch[i]
-            q = q_bytes[c] + (1 if ch_free_at[c] > now else 0)  # a busy port ranks after a free one
+            # A busy port ranks after a free one; a port whose link is down (the switch sees its own
+            # link state) after every live one.
+            q = q_bytes[c] + (1 if ch_free_at[c] > now else 0) + (1 << 62 if cn[c, CN_DOWN] else 0)
             if best < 0 or q < best_q:
                 best, best_q, ties = c, q, 1
             elif q == best_q:
@@ -713,17 +717,25 @@ def run_events(
             c = f_fl_ch[slot]
             # The entry is this switch's only if the flow reached the same switch at this hop last
             # time (earlier hops may have moved it): otherwise it is a new flowlet here.
-            if c < 0 or f_fl_node[slot] != node or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
+            stale = c < 0 or f_fl_node[slot] != node or cn[c, CN_DOWN] > 0
+            if stale or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
                 c = least_loaded(start, end, now)  # a new flowlet may take another path
                 f_fl_ch[slot] = c
                 f_fl_node[slot] = node
             f_fl_last[slot] = now
             return c
+        n = end - start
         if mode == MODE_SPRAY_RANDOM:
-            return g_ch[start + _random_below(rng, end - start)]
-        # Spraying, round-robin: each (switch, destination) group deals packets to its ports in turn.
-        i = g_next[key]
-        g_next[key] = i + 1 if i + 1 < end - start else 0
+            i = _random_below(rng, n)
+        else:  # round-robin: each (switch, destination) group deals packets to its ports in turn
+            i = g_next[key]
+            g_next[key] = i + 1 if i + 1 < n else 0
+        # A port whose link is down is skipped (the switch sees its own link state) while another
+        # member is live; the routes change only with the routing reaction.
+        for _ in range(n):
+            if cn[g_ch[start + i], CN_DOWN] == 0:
+                break
+            i = i + 1 if i + 1 < n else 0
         return g_ch[start + i]
 
     # ---- the NIC reorder window ------------------------------------------------------------------
@@ -903,8 +915,9 @@ def run_events(
         p_next[p] = -1
         if q_tail[c] < 0:
             q_head[c] = p
-            if ch_paused[c] == 0 and (not credits or ch_free_at[c] > now):
-                # The first packet to wait: the port must come back for it when it is free.
+            if ch_paused[c] == 0 and ch_txd_pending[c] == 0 and (not credits or ch_free_at[c] > now):
+                # The first packet to wait: the port must come back for it when it is free (unless
+                # a TX_DONE is still pending from before a link flap).
                 ch_txd_pending[c] = 1
                 sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
         else:
@@ -947,9 +960,14 @@ def run_events(
 
     def drop_link(c, now):
         # The link of channel c goes down: its queue is discarded, its transmitter stops.
-        cn[c, CN_DOWN] = 1
+        cn[c, CN_DOWN] += 1
+        if cn[c, CN_DOWN] > 1:
+            return  # already down (overlapping faults): it comes back when the last one ends
         cn[c, CN_DOWN_AT] = now
         cn[c, CN_LINK_DOWNED] += 1
+        if cn[c, CN_WAIT_SINCE] >= 0:  # no longer waiting for credit: there is no link
+            cn[c, CN_XMIT_WAIT] += now - cn[c, CN_WAIT_SINCE]
+            cn[c, CN_WAIT_SINCE] = -1
         p = q_head[c]
         while p >= 0:
             following = p_next[p]
@@ -1019,6 +1037,13 @@ def run_events(
             return RC_GROW_ROB
         if stop > 0 and h_time[0] > stop:
             return RC_STOPPED
+        if h_kind[0] == EV_LINK:
+            # Taking a link down discards its queues: each packet may return a credit and finish a
+            # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
+            first = h_arg[0] >> 1 << 1
+            queued = (q_bytes[first] + q_bytes[first + 1]) // (header + 1) + 2
+            if sc[SC_HEAP] + queued * (2 + pr[PR_MAX_DEPENDENTS]) + need_heap > cap_heap:
+                return RC_GROW_HEAP
         if h_time[0] + pr[PR_MAX_TX] >= bins * interval:
             return RC_GROW_BINS
         now, kind, arg, size = heap_pop(h_time, h_kind, h_arg, sc[SC_HEAP])
@@ -1143,8 +1168,8 @@ def run_events(
             if ch_busy[c] == 0:
                 pull(c, now)
         elif kind == EV_CREDIT:
-            c = arg >> 16
-            cn[c, CN_CREDITS] += arg & 0xFFFF
+            c = arg >> 20
+            cn[c, CN_CREDITS] += arg & 0xFFFFF
             if ch_from_host[c]:
                 if ch_busy[c] == 0:
                     pull(c, now)
@@ -1153,9 +1178,9 @@ def run_events(
         elif kind == EV_LINK:
             first = arg >> 1 << 1  # the link's two channels: first and first + 1
             for c in (first, first + 1):
-                if arg & 1:  # back up: a NIC resumes; a switch port's new packets go out
-                    cn[c, CN_DOWN] = 0
-                    if ch_from_host[c] and ch_busy[c] == 0:
+                if arg & 1:  # back up (when no other fault holds it down): a NIC resumes
+                    cn[c, CN_DOWN] -= 1
+                    if cn[c, CN_DOWN] == 0 and ch_from_host[c] and ch_busy[c] == 0:
                         pull(c, now)
                 else:
                     drop_link(c, now)

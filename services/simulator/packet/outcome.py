@@ -201,6 +201,13 @@ def run_packet_simulation(
     link_events, epochs, link_notes = link_fault_plan(spec, snapshot, workload, what_if or {})
     infiniband = spec.transport == Transport.INFINIBAND
     window_bytes = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
+    vl_buffer = spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES
+    if infiniband and vl_buffer < spec.mtu_bytes + header:
+        raise InvalidArgument(
+            "infiniband.vl_buffer_bytes",
+            f"{vl_buffer} bytes of credit{'' if spec.vl_buffer_bytes else ' (the default)'} cannot hold one "
+            f"packet of {spec.mtu_bytes + header} bytes",
+        )
     config = PacketEngineConfig(
         mode=lb.mode,
         spray_random=lb.spray_random,
@@ -220,7 +227,7 @@ def run_packet_simulation(
         drop_once=spec.drop_once,
         **_pfc_settings(spec, snapshot, header, buffer),
         dcqcn=dcqcn_settings(spec),
-        vl_buffer_bytes=(spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES) if infiniband else 0,
+        vl_buffer_bytes=vl_buffer if infiniband else 0,
         link_events=link_events,
         reroutes=epochs,
     )
