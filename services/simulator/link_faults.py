@@ -21,7 +21,7 @@ import numpy as np
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import FaultKind, RerouteModel, resolve_link
-from services.simulator.packet.engine import LinkEvent, RoutingEpoch
+from services.simulator.packet.config import LinkEvent, RoutingEpoch
 from services.simulator.paths import route_workload
 from services.simulator.spec import SimulationSpec
 from services.simulator.transport import reroute_delay_ns

@@ -35,7 +35,7 @@ BFD): `ROUTING_PROTOCOL_DELAY_NS`; FAST_RECOVERY (switch-local, SHIELD-like):
 from __future__ import annotations
 
 from services.simulator.faults import RerouteModel
-from services.simulator.packet.engine import DcqcnSettings
+from services.simulator.packet.config import DcqcnSettings
 from services.simulator.spec import SimulationSpec
 
 __all__ = [

@@ -21,7 +21,9 @@ from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.link_faults import WhatIf, link_fault_plan
-from services.simulator.packet.engine import LinkLoss, PacketEngineConfig, PacketRun, simulate_packets
+from services.simulator.packet.config import LinkLoss, PacketEngineConfig
+from services.simulator.packet.engine import simulate_packets
+from services.simulator.packet.report import PacketRun
 from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
