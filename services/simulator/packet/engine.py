@@ -229,6 +229,7 @@ class _Arrays:
             self.pf[L.PF_PMAX], self.pf[L.PF_G] = d.pmax, d.g
             self.pf[L.PF_RAI], self.pf[L.PF_RHAI] = d.rate_ai_bps, d.rate_hai_bps
             self.pf[L.PF_MIN_RATE] = d.min_rate_bps
+        self.pr[L.PR_LINK_EVENTS] = 1 if config.link_events else 0
         if config.vl_buffer_bytes:
             self.pr[L.PR_CREDITS] = 1
             self.pr[L.PR_VL_BUFFER] = config.vl_buffer_bytes
@@ -459,6 +460,7 @@ def simulate_packets(
             epoch = config.reroutes[int(arrays.sc[L.SC_EPOCH])]
             arrays.install_routes(epoch.snapshot, epoch.routes, epoch.flow_route)
             arrays.f_fl_ch[:] = -1  # flowlets start over on the new routes
+            arrays.pr[L.PR_REROUTED] = 1  # ECMP packets in flight may be on an old path
         elif code == L.RC_LOOP:
             raise FailedPrecondition(
                 f"a packet exceeded {arrays.max_hops} hops in {snapshot.fabric}: the routes loop"

@@ -76,6 +76,8 @@ PR_BYTE_COUNTER = 30  # DCQCN RP: ... and every this many bytes sent
 PR_STAGES = 31  # DCQCN RP: F, the increase events of fast recovery
 PR_CREDITS = 32  # 1: InfiniBand credit-based link-level flow control
 PR_VL_BUFFER = 33  # InfiniBand: receive buffer per input port and VL, bytes (the credits advertised)
+PR_LINK_EVENTS = 34  # 1: links go down or up in this run (the link-state checks of the hot paths)
+PR_REROUTED = 35  # 1: the routes changed during the run (ECMP packets may be on an old path)
 PR_SIZE = 40
 
 # --- pf: float parameters -------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from services.simulator.packet.layout import (
     PR_INTERVAL,
     PR_KMAX,
     PR_KMIN,
+    PR_LINK_EVENTS,
     PR_MAX_DEPENDENTS,
     PR_MAX_FLOWS_PER_TRANSFER,
     PR_MAX_HOPS,
@@ -90,6 +91,7 @@ from services.simulator.packet.layout import (
     PR_MTU,
     PR_PFC,
     PR_RATE_TIMER,
+    PR_REROUTED,
     PR_ROB_WORDS,
     PR_RTO,
     PR_STAGES,
@@ -329,6 +331,10 @@ def run_events(
     kmax = pr[PR_KMAX]
     pmax = pf[PF_PMAX]
     credits = pr[PR_CREDITS] == 1
+    # Link state is checked on the hot paths only when links can fail in this run; ECMP packets can
+    # be on an old path only after a reroute (the flag is set then, between slices).
+    links_fail = pr[PR_LINK_EVENTS] == 1
+    rerouted = pr[PR_REROUTED] == 1
     ingress_accounting = pfc or credits
 
     # ---- series and queue bookkeeping ---------------------------------------------------------
@@ -572,7 +578,7 @@ def run_events(
         # The NIC behind channel c sends the next packet of its active flows, round-robin
         # (skipping, under Go-Back-N, the flows whose window is full).
         f = ch_rr[c]
-        if f < 0 or ch_paused[c] or cn[c, CN_DOWN]:
+        if f < 0 or ch_paused[c] or (links_fail and cn[c, CN_DOWN]):
             return
         if gbn or dcqcn:
             tried = 0
@@ -673,7 +679,9 @@ def run_events(
             c = g_ch[i]
             # A busy port ranks after a free one; a port whose link is down (the switch sees its own
             # link state) after every live one.
-            q = q_bytes[c] + (1 if ch_free_at[c] > now else 0) + (1 << 62 if cn[c, CN_DOWN] else 0)
+            q = q_bytes[c] + (1 if ch_free_at[c] > now else 0)
+            if links_fail and cn[c, CN_DOWN]:
+                q += 1 << 62
             if best < 0 or q < best_q:
                 best, best_q, ties = c, q, 1
             elif q == best_q:
@@ -685,6 +693,8 @@ def run_events(
     def choose(node, p, f, now):
         if mode == MODE_ECMP:  # pinned: the path was hashed once per flow, no group lookup
             i = f_path_off[f] + p_hop[p]
+            if not rerouted:
+                return path_ch[i]
             if i < f_path_end[f]:
                 c = path_ch[i]
                 if ch_source[c] == node:
@@ -717,7 +727,7 @@ def run_events(
             c = f_fl_ch[slot]
             # The entry is this switch's only if the flow reached the same switch at this hop last
             # time (earlier hops may have moved it): otherwise it is a new flowlet here.
-            stale = c < 0 or f_fl_node[slot] != node or cn[c, CN_DOWN] > 0
+            stale = c < 0 or f_fl_node[slot] != node or (links_fail and cn[c, CN_DOWN] > 0)
             if stale or now - f_fl_last[slot] > pr[PR_FLOWLET_GAP]:
                 c = least_loaded(start, end, now)  # a new flowlet may take another path
                 f_fl_ch[slot] = c
@@ -732,10 +742,11 @@ def run_events(
             g_next[key] = i + 1 if i + 1 < n else 0
         # A port whose link is down is skipped (the switch sees its own link state) while another
         # member is live; the routes change only with the routing reaction.
-        for _ in range(n):
-            if cn[g_ch[start + i], CN_DOWN] == 0:
-                break
-            i = i + 1 if i + 1 < n else 0
+        if links_fail:
+            for _ in range(n):
+                if cn[g_ch[start + i], CN_DOWN] == 0:
+                    break
+                i = i + 1 if i + 1 < n else 0
         return g_ch[start + i]
 
     # ---- the NIC reorder window ------------------------------------------------------------------
@@ -822,6 +833,7 @@ def run_events(
 
     def go_back(f, psn, now):
         # Resend everything from psn on; the recovery lasts until what was sent before is acknowledged.
+        # Returns the NIC port to wake (the caller pulls), or -1.
         if fi[f, FI_REC_START] < 0:
             fi[f, FI_REC_START] = now
             fi[f, FI_REC_POINT] = f_high[f]
@@ -829,8 +841,7 @@ def run_events(
         c = f_first_ch[f]
         if f_linked[f] == 0:
             link(c, f)
-        if ch_busy[c] == 0:
-            pull(c, now)
+        return c if ch_busy[c] == 0 else -1
 
     def corrupted(c, p, now):
         # Bit errors on the link p just crossed (BER or a Gilbert-Elliott marginal transceiver).
@@ -881,23 +892,25 @@ def run_events(
         sc[SC_ECN_MARKED] += 1
 
     def enqueue(c, p, now):
-        if cn[c, CN_DOWN]:
+        if links_fail and cn[c, CN_DOWN]:
             discard(c, p, now)
             return
         if dcqcn:
             mark_ecn(c, p, now)
+        ingress = p_in[p]
+        if pfc and ingress >= 0 and ch_ing_bytes[ingress] + p_wire[p] > xoff + headroom:
+            drop(c, p, now)  # headroom too small for what was on the wire when PAUSE went out
+            return
+        # An idle port sends at once (one start_tx for every mode: numba inlines each call site).
+        direct = q_head[c] < 0 and ch_free_at[c] <= now
         if credits:
-            if q_head[c] < 0 and ch_free_at[c] <= now and has_credit(c, p_wire[p], now):
-                start_tx(c, p, now)
-                return
+            direct = direct and has_credit(c, p_wire[p], now)
         elif pfc:
-            ingress = p_in[p]
-            if ingress >= 0 and ch_ing_bytes[ingress] + p_wire[p] > xoff + headroom:
-                drop(c, p, now)  # headroom too small for what was on the wire when PAUSE went out
-                return
-            if q_head[c] < 0 and ch_free_at[c] <= now and ch_paused[c] == 0:
-                start_tx(c, p, now)
-                return
+            direct = direct and ch_paused[c] == 0
+        if direct:
+            start_tx(c, p, now)
+            return
+        if pfc:
             if ingress >= 0:
                 ch_ing_bytes[ingress] += p_wire[p]
                 if ch_ing_bytes[ingress] > xoff and ch_pause_sent[ingress] == 0:
@@ -905,13 +918,9 @@ def run_events(
                     sc[SC_HEAP] = heap_push(
                         h_time, h_kind, h_arg, sc[SC_HEAP], now + ch_delay_ps[ingress], EV_PAUSE, ingress
                     )
-        else:
-            if q_head[c] < 0 and ch_free_at[c] <= now:
-                start_tx(c, p, now)
-                return
-            if q_bytes[c] + p_wire[p] > ch_buffer[c]:
-                drop(c, p, now)
-                return
+        elif not credits and q_bytes[c] + p_wire[p] > ch_buffer[c]:
+            drop(c, p, now)
+            return
         p_next[p] = -1
         if q_tail[c] < 0:
             q_head[c] = p
@@ -1050,11 +1059,16 @@ def run_events(
         sc[SC_HEAP] = size
         sc[SC_NOW] = now
         sc[SC_EVENTS] += 1
+        # The handlers name the NIC port to pull from and the switch port to send from; each is
+        # called once, below, so that numba inlines pull and the send path once instead of at
+        # every handler (a smaller loop runs faster).
+        nic = -1
+        port = -1
         if kind == EV_ARRIVE:
             p = arg
             arrived_on = p_ch[p]
             f = p_flow[p]
-            if cn[arrived_on, CN_DOWN_AT] >= 0 and lost_on_wire(arrived_on, p, now):
+            if links_fail and cn[arrived_on, CN_DOWN_AT] >= 0 and lost_on_wire(arrived_on, p, now):
                 cn[arrived_on, CN_WIRE_LOST] += 1
                 sc[SC_WIRE_LOST] += 1
                 if credits:
@@ -1088,10 +1102,10 @@ def run_events(
             c = arg
             if ch_from_host[c]:
                 ch_busy[c] = 0
-                pull(c, now)  # a paused NIC does not pull; RESUME restarts it
+                nic = c  # a paused NIC does not pull; RESUME restarts it
             else:
                 ch_txd_pending[c] = 0
-                try_send_head(c, now)
+                port = c
         elif kind == EV_PAUSE:
             c = arg
             ch_paused[c] = 1
@@ -1106,10 +1120,10 @@ def run_events(
                 spread_ps(SE_PAUSE_PS, c, ch_pause_since[c], now)
             if ch_from_host[c]:
                 if ch_busy[c] == 0:
-                    pull(c, now)
+                    nic = c
             elif q_head[c] >= 0 and ch_txd_pending[c] == 0:
                 if ch_free_at[c] <= now:
-                    try_send_head(c, now)
+                    port = c
                 else:
                     ch_txd_pending[c] = 1
                     sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], ch_free_at[c], EV_TX_DONE, c)
@@ -1129,11 +1143,11 @@ def run_events(
                     fi[f, FI_REC_START] = -1
             if nak == 1 and f_snd_nxt[f] > psn:
                 sc[SC_NAKS] += 1
-                go_back(f, psn, now)
+                nic = go_back(f, psn, now)
             else:
                 c = f_first_ch[f]
                 if ch_busy[c] == 0 and ch_rr[c] >= 0:
-                    pull(c, now)  # the window may have opened
+                    nic = c  # the window may have opened
         elif kind == EV_CNP:
             cnp_arrives(arg, now)
         elif kind == EV_CC_TIMER:
@@ -1166,22 +1180,22 @@ def run_events(
             if cn[c, CN_PACE_AT] <= now:
                 cn[c, CN_PACE_AT] = 0
             if ch_busy[c] == 0:
-                pull(c, now)
+                nic = c
         elif kind == EV_CREDIT:
             c = arg >> 20
             cn[c, CN_CREDITS] += arg & 0xFFFFF
             if ch_from_host[c]:
                 if ch_busy[c] == 0:
-                    pull(c, now)
+                    nic = c
             elif ch_txd_pending[c] == 0 and ch_free_at[c] <= now:
-                try_send_head(c, now)
+                port = c
         elif kind == EV_LINK:
             first = arg >> 1 << 1  # the link's two channels: first and first + 1
             for c in (first, first + 1):
                 if arg & 1:  # back up (when no other fault holds it down): a NIC resumes
                     cn[c, CN_DOWN] -= 1
                     if cn[c, CN_DOWN] == 0 and ch_from_host[c] and ch_busy[c] == 0:
-                        pull(c, now)
+                        nic = c  # a link has at most one end at a host
                 else:
                     drop_link(c, now)
         elif kind == EV_REROUTE:
@@ -1196,5 +1210,9 @@ def run_events(
                     sc[SC_TIMEOUTS] += 1
                     f_rto_at[f] = now + rto
                     sc[SC_HEAP] = heap_push(h_time, h_kind, h_arg, sc[SC_HEAP], now + rto, EV_RTO, f)
-                    go_back(f, f_snd_una[f], now)
+                    nic = go_back(f, f_snd_una[f], now)
+        if nic >= 0:
+            pull(nic, now)
+        elif port >= 0:
+            try_send_head(port, now)
     return RC_DONE
