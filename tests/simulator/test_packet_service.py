@@ -259,3 +259,28 @@ async def test_the_cli_runs_go_back_n_pfc_and_a_marginal_transceiver(stack, caps
     assert code == 0, captured.err
     assert "Go-Back-N" in captured.out and "PFC" in captured.out
     assert "GILBERT_ELLIOTT" in captured.out and "BIT_ERRORS" in captured.out
+
+
+async def test_the_cli_runs_dcqcn_infiniband_credits_and_a_link_failure(stack, capsys):
+    addresses = [f"--{name}={address}" for name, address in stack.addresses.items()]
+    workload = ["--fabric", "ft4", "--ranks", "16", "--placement", "scattered", "--size", "1MiB"]
+    packet = ["--fidelity", "packet", "--wait"]
+    runs = [
+        ["--mode", "ecmp", "--window", "256KiB", "--pfc", "--dcqcn"],
+        ["--transport", "infiniband", "--vl-buffer", "32KiB"],
+        ["--mode", "spray", "--window", "256KiB", "--link-down", "40@2000-500000:fast_recovery"],
+    ]
+    reports = []
+    for extra in runs:
+        code = await asyncio.to_thread(cli_main, [*addresses, "simulate", *workload, *packet, *extra])
+        captured = capsys.readouterr()
+        assert code == 0, (extra, captured.err)
+        reports.append(captured.out)
+    assert "ECN/DCQCN" in reports[0]
+    assert "InfiniBand credit-based flow control" in reports[1]
+    assert "FAST_RECOVERY reroute takes effect" in reports[2]
+    code = await asyncio.to_thread(
+        cli_main, [*addresses, "simulate", *workload, *packet, "--link-down", "40@2000:teleport"]
+    )
+    assert code == 2
+    assert "--link-down" in capsys.readouterr().err

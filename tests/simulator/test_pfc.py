@@ -96,3 +96,13 @@ def test_pause_counters_sit_on_the_ports_that_were_paused():
 def test_thresholds_that_cannot_work_are_refused(roce, field):
     with pytest.raises(InvalidArgument, match=field):
         run(INCAST, pfc=True, **roce)
+
+
+def test_a_port_sends_the_pauses_its_peer_receives():
+    outcome = run(INCAST, pfc=True)
+    channels = outcome.channels
+    received = dict(zip(channels.display_names, channels.pause_frames.tolist(), strict=True))
+    sent = dict(zip(channels.display_names, channels.counters["pause_frames_sent"].tolist(), strict=True))
+    # leaf-0 PAUSEs spine-0: the leaf's port toward the spine sends what spine-0->leaf-0 receives.
+    assert received["spine-0->leaf-0"] > 0
+    assert sent["leaf-0->spine-0"] == received["spine-0->leaf-0"]

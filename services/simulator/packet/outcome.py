@@ -235,7 +235,16 @@ def run_packet_simulation(
     )
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress)
 
-    carried = np.flatnonzero(run.channel_tx_bytes > 0).astype(np.int32)
+    # Ports that carried traffic, and ports that did not but have something to report: PAUSEs sent
+    # for the data coming the other way, a link that went down, discards, receive errors.
+    active = (
+        (run.channel_tx_bytes > 0)
+        | (run.channel_pause_frames[np.arange(len(run.channel_pause_frames)) ^ 1] > 0)
+        | (run.channel_link_downed > 0)
+        | (run.channel_xmit_discards > 0)
+        | (run.channel_rcv_errors > 0)
+    )
+    carried = np.flatnonzero(active).astype(np.int32)
     rate = snapshot.channel_rate_bps()[carried].astype(np.float64)
     interval = run.interval_ns
     bins = run.channel_bytes.shape[1]
@@ -348,8 +357,6 @@ def run_packet_simulation(
 
 
 def _channel_counters(run: PacketRun, carried: np.ndarray) -> dict[str, np.ndarray]:
-    # Ports that went down may have carried nothing since; their counters are reported with the
-    # ports that carried traffic (the result lists those).
     return {
         "ecn_marked_packets": run.channel_ecn_marked[carried],
         "xmit_wait_ns": run.channel_xmit_wait_ns[carried],
@@ -358,6 +365,7 @@ def _channel_counters(run: PacketRun, carried: np.ndarray) -> dict[str, np.ndarr
         "lost_on_wire": run.channel_wire_lost[carried],
         "peak_input_buffer_bytes": run.channel_peak_ingress[carried],
         "symbol_errors": run.channel_rcv_errors[carried],
+        "pause_frames_sent": run.channel_pause_frames[carried ^ 1],  # the port's PAUSEs to the far end
     }
 
 

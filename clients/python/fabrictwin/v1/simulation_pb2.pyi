@@ -763,6 +763,7 @@ class LinkTotal(_message.Message):
     LOST_ON_WIRE_FIELD_NUMBER: _builtins.int
     PEAK_INPUT_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
     SYMBOL_ERRORS_FIELD_NUMBER: _builtins.int
+    PAUSE_FRAMES_SENT_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """Link index."""
     direction: _builtins.int
@@ -805,6 +806,10 @@ class LinkTotal(_message.Message):
     """
     symbol_errors: _builtins.int
     """Symbol errors its receiver saw (SymbolErrorCounter): one per corrupted packet, a lower bound."""
+    pause_frames_sent: _builtins.int
+    """PFC PAUSE frames its transmitting port sent to the far end (tx_prio3_pause), for the data coming
+    the other way: what the reverse direction's transmitter received.
+    """
     def __init__(
         self,
         *,
@@ -828,10 +833,11 @@ class LinkTotal(_message.Message):
         lost_on_wire: _builtins.int = ...,
         peak_input_buffer_bytes: _builtins.int = ...,
         symbol_errors: _builtins.int = ...,
+        pause_frames_sent: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "ecn_marked_packets", b"ecn_marked_packets", "flows", b"flows", "link", b"link", "link_downed", b"link_downed", "lost_on_wire", b"lost_on_wire", "mean_utilisation", b"mean_utilisation", "pause_frames", b"pause_frames", "pause_ns", b"pause_ns", "peak_input_buffer_bytes", b"peak_input_buffer_bytes", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "symbol_errors", b"symbol_errors", "tier", b"tier", "xmit_discards", b"xmit_discards", "xmit_wait_ns", b"xmit_wait_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "direction", b"direction", "display_name", b"display_name", "drops", b"drops", "ecn_marked_packets", b"ecn_marked_packets", "flows", b"flows", "link", b"link", "link_downed", b"link_downed", "lost_on_wire", b"lost_on_wire", "mean_utilisation", b"mean_utilisation", "pause_frames", b"pause_frames", "pause_frames_sent", b"pause_frames_sent", "pause_ns", b"pause_ns", "peak_input_buffer_bytes", b"peak_input_buffer_bytes", "peak_queue_bytes", b"peak_queue_bytes", "peak_utilisation", b"peak_utilisation", "rcv_errors", b"rcv_errors", "symbol_errors", b"symbol_errors", "tier", b"tier", "xmit_discards", b"xmit_discards", "xmit_wait_ns", b"xmit_wait_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
