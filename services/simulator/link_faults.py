@@ -52,7 +52,12 @@ def _changes(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[_Change]:
         if fault.end_ns:
             changes.append(_Change(fault.end_ns, link, True, i))
     changes.sort(key=lambda c: (c.time_ns, c.up))
-    return changes
+    # A fault ending as another on the same link starts: the link stays down (the event heap does not
+    # order events of one instant, so the pair would otherwise flap it).
+    ending = {(c.time_ns, c.link): c for c in changes if c.up}
+    starting = {(c.time_ns, c.link): c for c in changes if not c.up}
+    abutting = ending.keys() & starting.keys()
+    return [c for c in changes if (c.time_ns, c.link) not in abutting]
 
 
 def _down_after_each(changes: list[_Change]) -> list[tuple[int, ...]]:

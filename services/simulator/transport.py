@@ -8,7 +8,7 @@ defaults follow the paper's recommended settings where it gives one:
 | Kmin / Kmax | 5 KB / 200 KB | ECN marking starts above Kmin, every packet from Kmax |
 | Pmax | 0.01 | marking probability just below Kmax (linear from Kmin) |
 | g | 1/256 | alpha gain: alpha <- (1-g) alpha + g on a CNP, (1-g) alpha per quiet period |
-| CNP interval (N) | 50 us | a receiver sends at most one CNP per flow per interval |
+| CNP interval (N) | 50 us | a receiver sends at most one CNP per QP per interval |
 | alpha timer (K) | 55 us | period of alpha's decay without CNPs |
 | rate-increase timer (T) | 55 us | one increase event per period |
 | byte counter (B) | 10 MiB | one increase event per B bytes sent |

@@ -157,3 +157,13 @@ def test_a_job_starting_late_is_not_a_stall():
     outcome = run(fabric, data)
     assert outcome.packets.delivered_bytes == 2 << 20
     assert np.all(outcome.flows.finish_ns > 0)
+
+
+def test_faults_that_abut_on_one_link_are_one_outage():
+    fabric = fat_tree(4, rate_bps=100 * GBPS)
+    base = p2p(fabric, [(0, 15, 4 << 20)], window_bytes=256 * 1024)
+    faults = [down("host-0<->leaf-0", 50_000, 100_000), down("host-0<->leaf-0", 100_000, 5_000_000)]
+    outcome = run(fabric, {**base, "faults": faults})
+    i = outcome.channels.display_names.index("host-0->leaf-0")
+    assert outcome.channels.counters["link_downed"][i] == 1
+    assert outcome.makespan_ns > 5_000_000

@@ -60,6 +60,8 @@ class _Arrays:
         config: PacketEngineConfig,
         interval_ps: int,
     ) -> None:
+        if config.pfc and config.vl_buffer_bytes:  # the send paths assume one or the other
+            raise ValueError("PFC (RoCEv2) and credits (InfiniBand) cannot both be on")
         n_ch = snapshot.num_channels
         flows = workload.flow_count
         self._workload, self._config = workload, config

@@ -103,12 +103,12 @@ from services.simulator.packet.layout import (
     QF_LINE,
     QF_RATE,
     QF_TARGET,
+    QI_ACTIVE,
     QI_ALPHA_AT,
     QI_ALPHA_PENDING,
     QI_B_STAGE,
     QI_BYTES,
     QI_CC,
-    QI_FLOW,
     QI_LAST_CNP,
     QI_NEXT_TX,
     QI_RATE_AT,
@@ -492,7 +492,7 @@ def run_events(
         qi[q, QI_T_STAGE] = 0
         qi[q, QI_B_STAGE] = 0
         qi[q, QI_BYTES] = 0
-        if f_finish[qi[q, QI_FLOW]] < 0:
+        if qi[q, QI_ACTIVE] > 0:
             arm_timers(q, now)
 
     def maybe_send_cnp(f, now):
@@ -533,6 +533,8 @@ def run_events(
         # Every byte of f delivered or dropped.
         f_finish[f] = now
         sc[SC_FLOWS_DONE] += 1
+        if dcqcn and f_size[f] > 0:
+            qi[f_qp[f], QI_ACTIVE] -= 1
         slot = f_rob_slot[f]
         if slot >= 0:
             rob_next[slot] = sc[SC_ROB_FREE]
@@ -647,10 +649,10 @@ def run_events(
 
     def activate(f, now):
         f_start[f] = now
-        if dcqcn:
+        if dcqcn and f_size[f] > 0:
             q = f_qp[f]
-            qi[q, QI_FLOW] = f
-            if qi[q, QI_CC] == 1 and f_size[f] > 0:
+            qi[q, QI_ACTIVE] += 1
+            if qi[q, QI_CC] == 1:
                 arm_timers(q, now)
         if f_size[f] == 0:
             flow_left(f, now)
@@ -1153,7 +1155,7 @@ def run_events(
         elif kind == EV_CC_TIMER:
             q = arg >> 1
             which = arg & 1
-            if qi[q, QI_CC] == 0 or f_finish[qi[q, QI_FLOW]] >= 0:
+            if qi[q, QI_CC] == 0 or qi[q, QI_ACTIVE] == 0:
                 # Back at line rate, or the QP has nothing to send: this timer stops.
                 if which:
                     qi[q, QI_RATE_PENDING] = 0

@@ -90,7 +90,7 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
         notes.append(
             f"ECN/DCQCN: switches mark packets that find more than {settings.kmin_bytes} bytes queued "
             f"(probability rising to {settings.pmax} at {settings.kmax_bytes}, all beyond); receivers send "
-            f"at most one CNP per flow per {settings.cnp_interval_ns} ns; senders cut by alpha/2 and recover "
+            f"at most one CNP per QP per {settings.cnp_interval_ns} ns; senders cut by alpha/2 and recover "
             f"(g={settings.g:.5f}, timers {settings.alpha_timer_ns}/{settings.rate_increase_timer_ns} ns, "
             f"F={settings.fast_recovery_stages}). Rate state is per QP and carries from one transfer of "
             "a connection to the next; its timers pause while the QP has nothing to send."
