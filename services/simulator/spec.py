@@ -145,6 +145,7 @@ class SimulationSpec:
     retransmit_timeout_ns: int = 0  # 0: DEFAULT_RETRANSMIT_TIMEOUT_NS
     ack_every: int = 1  # a Go-Back-N receiver acknowledges every this many in-order packets
     drop_once: tuple[int, int] | None = None  # tests only: lose packet PSN of flow F once, (F, PSN)
+    mark_once: tuple[int, int] | None = None  # tests only: CE-mark packet PSN of flow F once (DCQCN)
     pfc: bool = False  # priority flow control (PACKET, RoCEv2)
     pfc_xoff_bytes: int = 0  # 0: 64 KiB
     pfc_xon_bytes: int = 0  # 0: half of XOFF

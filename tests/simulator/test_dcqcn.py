@@ -177,3 +177,29 @@ def jain(outcome) -> float:
 def test_dcqcn_evens_out_the_parking_lot_that_pfc_alone_leaves_unfair():
     assert jain(run(dcqcn=False, flows=PARKING_LOT)) < 0.93
     assert jain(run(dcqcn=True, flows=PARKING_LOT, **TUNED)) > 0.98
+
+
+def test_one_cnp_costs_the_closed_form_of_the_cut_and_its_fast_recovery():
+    # One CE mark on a lone 100 Gb/s flow: the sender (alpha = 1) halves its rate, then every 55 us
+    # timer event moves it halfway back to the target (line rate): 50, 75, 87.5, ... % for one period
+    # each, until it is within 0.1% of line rate after 9 events (F = 5 fast-recovery steps, then
+    # additive steps toward the same capped target). The flow loses T x sum(2^-k, k=1..9) of line-rate
+    # time: 55 us x (1 - 2^-9) = 54.89 us, if it is long enough to ride out the recovery.
+    size = 64 << 20
+    spec = {
+        "fabric": "fabrics/test",
+        "fidelity": "PACKET",
+        "jobs": [
+            {
+                "collective": "POINT_TO_POINT",
+                "flows": [{"source": HOSTS[1], "destination": HOSTS[0], "size_bytes": size}],
+            }
+        ],
+        "load_balancing": {"mode": "ECMP"},
+        "dcqcn": True,
+    }
+    plain = run_simulation(spec, FABRIC)
+    marked = run_simulation({**spec, "mark_once": (0, 100)}, FABRIC)
+    assert marked.packets.counters["cnp_sent"] == marked.packets.counters["cnp_handled"] == 1
+    extra_ns = marked.makespan_ns - plain.makespan_ns
+    assert extra_ns == pytest.approx(55_000 * (1 - 2**-9), rel=0.015)

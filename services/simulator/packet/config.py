@@ -33,6 +33,7 @@ class PacketEngineConfig:
     ack_every: int = 1
     link_losses: tuple[LinkLoss, ...] = ()
     drop_once: tuple[int, int] | None = None  # test hook: (flow, psn) lost once
+    mark_once: tuple[int, int] | None = None  # test hook: (flow, psn) CE-marked once (DCQCN)
     pfc: bool = False
     pfc_xoff_bytes: int = 0
     pfc_xon_bytes: int = 0

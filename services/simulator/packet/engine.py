@@ -214,6 +214,7 @@ class _Arrays:
         self.pr[L.PR_RTO] = config.retransmit_timeout_ns * 1000
         self.pr[L.PR_ACK_EVERY] = max(1, config.ack_every)
         self.pr[L.PR_DROP_FLOW], self.pr[L.PR_DROP_PSN] = config.drop_once or (-1, -1)
+        self.pr[L.PR_MARK_FLOW], self.pr[L.PR_MARK_PSN] = config.mark_once or (-1, -1)
         self.pr[L.PR_PFC] = 1 if config.pfc else 0
         self.pr[L.PR_XOFF] = config.pfc_xoff_bytes
         self.pr[L.PR_XON] = config.pfc_xon_bytes

@@ -40,6 +40,7 @@ SC_RESENT_BYTES = 27  # payload bytes sent again by Go-Back-N
 SC_XMIT_DISCARDS = 28  # packets a switch port threw away: its link was down (PortXmitDiscards)
 SC_WIRE_LOST = 29  # packets on a link's wire when it went down
 SC_EPOCH = 30  # the routing epoch whose reroute the loop returned for
+SC_MARK_DONE = 31  # the ECN test hook has marked its packet
 SC_SIZE = 32
 
 # --- pr: parameters ---------------------------------------------------------------------------
@@ -78,6 +79,8 @@ PR_CREDITS = 32  # 1: InfiniBand credit-based link-level flow control
 PR_VL_BUFFER = 33  # InfiniBand: receive buffer per input port and VL, bytes (the credits advertised)
 PR_LINK_EVENTS = 34  # 1: links go down or up in this run (the link-state checks of the hot paths)
 PR_REROUTED = 35  # 1: the routes changed during the run (ECMP packets may be on an old path)
+PR_MARK_FLOW = 36  # test hook: packet PR_MARK_PSN of this flow leaves its NIC CE-marked (-1: off)
+PR_MARK_PSN = 37
 PR_SIZE = 40
 
 # --- pf: float parameters -------------------------------------------------------------------------

@@ -83,6 +83,8 @@ from services.simulator.packet.layout import (
     PR_KMAX,
     PR_KMIN,
     PR_LINK_EVENTS,
+    PR_MARK_FLOW,
+    PR_MARK_PSN,
     PR_MAX_DEPENDENTS,
     PR_MAX_FLOWS_PER_TRANSFER,
     PR_MAX_HOPS,
@@ -142,6 +144,7 @@ from services.simulator.packet.layout import (
     SC_INJECTED_DROP_DONE,
     SC_LAST_DELIVERY,
     SC_LIVE,
+    SC_MARK_DONE,
     SC_NAKS,
     SC_NOW,
     SC_OUT_OF_ORDER,
@@ -620,6 +623,9 @@ def run_events(
         p_ecn[p] = 0
         p_in[p] = -1
         sc[SC_INJECTED] += 1
+        if f == pr[PR_MARK_FLOW] and seq == pr[PR_MARK_PSN] and sc[SC_MARK_DONE] == 0:
+            p_ecn[p] = 1  # the test hook: one CE mark, as if a switch had set it
+            sc[SC_MARK_DONE] = 1
         if dcqcn and qi[f_qp[f], QI_CC] == 1:
             paced(f_qp[f], payload + header, now)
         if gbn:

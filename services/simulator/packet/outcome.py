@@ -227,6 +227,7 @@ def run_packet_simulation(
         ack_every=spec.ack_every or 1,
         link_losses=tuple(_link_loss(snapshot, i, fault) for i, fault in enumerate(spec.faults)),
         drop_once=spec.drop_once,
+        mark_once=spec.mark_once,
         **_pfc_settings(spec, snapshot, header, buffer),
         dcqcn=dcqcn_settings(spec),
         vl_buffer_bytes=vl_buffer if infiniband else 0,
