@@ -22,7 +22,14 @@ from fabrictwin.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from fabrictwin.specs import collective_job, load_balancing, simulation_spec
+from fabrictwin.specs import (
+    bit_errors,
+    collective_job,
+    link_down,
+    load_balancing,
+    marginal_transceiver,
+    simulation_spec,
+)
 from fabrictwin.units import parse_duration_ns, parse_size
 
 __all__ = [
@@ -38,8 +45,11 @@ __all__ = [
     "UnavailableError",
     "UnimplementedError",
     "__version__",
+    "bit_errors",
     "collective_job",
+    "link_down",
     "load_balancing",
+    "marginal_transceiver",
     "parse_duration_ns",
     "parse_size",
     "simulation_spec",
