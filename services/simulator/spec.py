@@ -81,6 +81,11 @@ class Transport(enum.StrEnum):
     INFINIBAND = "INFINIBAND"
 
 
+# Wire bytes per packet beyond the payload (services.simulator.packet.outcome explains them).
+WIRE_OVERHEAD_BYTES = {Transport.ROCEV2: 82, Transport.INFINIBAND: 26}
+DEFAULT_VL_BUFFER_BYTES = 64 * 1024  # InfiniBand: receive buffer per input port and VL (credits)
+
+
 @dataclasses.dataclass(frozen=True)
 class PointToPointFlow:
     """One POINT_TO_POINT flow between two hosts, by name."""
@@ -413,11 +418,13 @@ def _validate_infiniband(spec: SimulationSpec) -> None:
             "infiniband.virtual_lanes",
             f"one data VL is modelled (all RDMA traffic on VL0), got {spec.virtual_lanes}",
         )
-    too_small = spec.vl_buffer_bytes and spec.vl_buffer_bytes < spec.mtu_bytes + 26
-    if spec.fidelity == Fidelity.PACKET and too_small:
+    packet = spec.mtu_bytes + (spec.header_bytes or WIRE_OVERHEAD_BYTES[Transport.INFINIBAND])
+    vl_buffer = spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES
+    if spec.fidelity == Fidelity.PACKET and vl_buffer < packet:
         raise InvalidArgument(
             "infiniband.vl_buffer_bytes",
-            f"{spec.vl_buffer_bytes} bytes of credit cannot hold one packet of mtu_bytes={spec.mtu_bytes}",
+            f"{vl_buffer} bytes of credit{'' if spec.vl_buffer_bytes else ' (the default)'} cannot hold one "
+            f"packet of {packet} bytes",
         )
 
 

@@ -21,7 +21,7 @@ On a CNP the sender sets its target rate to its current rate, cuts the current r
 (1 - alpha/2), then raises alpha. An increase event moves the current rate halfway to the target;
 after F events of one counter the target grows by R_AI, after F events of both by i x R_HAI.
 
-InfiniBand: one data VL (VL0) with `DEFAULT_VL_BUFFER_BYTES` of receive buffer per input port,
+InfiniBand: one data VL (VL0) with `spec.DEFAULT_VL_BUFFER_BYTES` (64 KiB) of receive buffer per input port,
 advertised as credits. Its reliable connection is Go-Back-N like RoCEv2's (`roce.window_bytes`
 sets the window of both; InfiniBand defaults to `DEFAULT_IB_WINDOW_BYTES`).
 
@@ -40,7 +40,6 @@ from services.simulator.spec import SimulationSpec
 
 __all__ = [
     "DEFAULT_IB_WINDOW_BYTES",
-    "DEFAULT_VL_BUFFER_BYTES",
     "FAST_RECOVERY_DELAY_NS",
     "ROUTING_PROTOCOL_DELAY_NS",
     "SM_SWEEP_DELAY_NS",
@@ -48,7 +47,6 @@ __all__ = [
     "reroute_delay_ns",
 ]
 
-DEFAULT_VL_BUFFER_BYTES = 64 * 1024
 DEFAULT_IB_WINDOW_BYTES = 1 << 20
 SM_SWEEP_DELAY_NS = 50_000_000
 ROUTING_PROTOCOL_DELAY_NS = 1_000_000_000

@@ -35,13 +35,18 @@ from services.simulator.results import (
     uplink_skew,
 )
 from services.simulator.series import ChannelSeries
-from services.simulator.spec import LoadBalancingMode, SimulationSpec, Transport
-from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, DEFAULT_VL_BUFFER_BYTES, dcqcn_settings
+from services.simulator.spec import (
+    DEFAULT_VL_BUFFER_BYTES,
+    WIRE_OVERHEAD_BYTES,
+    LoadBalancingMode,
+    SimulationSpec,
+    Transport,
+)
+from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings
 from services.simulator.workload import build_workload
 
-__all__ = ["DEFAULT_BUFFER_BYTES", "WIRE_OVERHEAD_BYTES", "packet_model_notes", "run_packet_simulation"]
+__all__ = ["DEFAULT_BUFFER_BYTES", "packet_model_notes", "run_packet_simulation"]
 
-WIRE_OVERHEAD_BYTES = {Transport.ROCEV2: 82, Transport.INFINIBAND: 26}
 DEFAULT_BUFFER_BYTES = 1 << 20  # per switch output port
 _NODE_KIND_SWITCH = 2
 
@@ -203,13 +208,7 @@ def run_packet_simulation(
     link_events, epochs, link_notes = link_fault_plan(spec, snapshot, workload, what_if or {})
     infiniband = spec.transport == Transport.INFINIBAND
     window_bytes = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
-    vl_buffer = spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES
-    if infiniband and vl_buffer < spec.mtu_bytes + header:
-        raise InvalidArgument(
-            "infiniband.vl_buffer_bytes",
-            f"{vl_buffer} bytes of credit{'' if spec.vl_buffer_bytes else ' (the default)'} cannot hold one "
-            f"packet of {spec.mtu_bytes + header} bytes",
-        )
+    vl_buffer = spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES  # validate_spec checked it holds a packet
     config = PacketEngineConfig(
         mode=lb.mode,
         spray_random=lb.spray_random,
