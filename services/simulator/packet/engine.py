@@ -235,7 +235,6 @@ class _Arrays:
         self.pr[L.PR_LINK_EVENTS] = 1 if config.link_events else 0
         if config.vl_buffer_bytes:
             self.pr[L.PR_CREDITS] = 1
-            self.pr[L.PR_VL_BUFFER] = config.vl_buffer_bytes
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )

@@ -76,7 +76,6 @@ PR_RATE_TIMER = 29  # DCQCN RP: a rate-increase event every this many ps
 PR_BYTE_COUNTER = 30  # DCQCN RP: ... and every this many bytes sent
 PR_STAGES = 31  # DCQCN RP: F, the increase events of fast recovery
 PR_CREDITS = 32  # 1: InfiniBand credit-based link-level flow control
-PR_VL_BUFFER = 33  # InfiniBand: receive buffer per input port and VL, bytes (the credits advertised)
 PR_LINK_EVENTS = 34  # 1: links go down or up in this run (the link-state checks of the hot paths)
 PR_REROUTED = 35  # 1: the routes changed during the run (ECMP packets may be on an old path)
 PR_MARK_FLOW = 36  # test hook: packet PR_MARK_PSN of this flow leaves its NIC CE-marked (-1: off)

@@ -1054,7 +1054,7 @@ def run_events(
             return RC_GROW_ROB
         if stop > 0 and h_time[0] > stop:
             return RC_STOPPED
-        if h_kind[0] == EV_LINK:
+        if links_fail and h_kind[0] == EV_LINK:
             # Taking a link down discards its queues: each packet may return a credit and finish a
             # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
             first = h_arg[0] >> 1 << 1
