@@ -18,6 +18,7 @@ __all__ = [
     "build_snapshot",
     "fat_tree",
     "leaf_spine",
+    "point_to_point_spec",
     "switch_ring",
     "two_links_in_a_row",
     "with_links_down",
@@ -186,3 +187,24 @@ def with_links_down(snapshot: FabricSnapshot, links: tuple[int, ...]) -> FabricS
         route_offsets=offsets,
         route_next_channels=next_channels,
     )
+
+
+def point_to_point_spec(snapshot: FabricSnapshot, flows, **settings) -> dict:
+    """A PACKET-fidelity ECMP spec of one POINT_TO_POINT job on `snapshot`: `flows` are (source host
+    index, destination host index, bytes[, start_ns]); `settings` add or override spec fields."""
+    names = [snapshot.node_names[h] for h in snapshot.host_nodes]
+    return {
+        "fabric": snapshot.fabric,
+        "fidelity": "PACKET",
+        "jobs": [
+            {
+                "collective": "POINT_TO_POINT",
+                "flows": [
+                    {"source": names[s], "destination": names[d], "size_bytes": size, "start_ns": start}
+                    for s, d, size, start in ((*f, 0) if len(f) == 3 else f for f in flows)
+                ],
+            }
+        ],
+        "load_balancing": {"mode": "ECMP"},
+        **settings,
+    }

@@ -14,7 +14,7 @@ from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2
 
 from services.simulator.runner import run_simulation
 from tests.in_process import in_process_stack
-from tests.simulator.fabrics import leaf_spine
+from tests.simulator.fabrics import leaf_spine, point_to_point_spec
 
 GBPS = 1_000_000_000
 FABRIC = leaf_spine(2, 1, 4, rate_bps=100 * GBPS)
@@ -22,16 +22,8 @@ HOSTS = [FABRIC.node_names[h] for h in FABRIC.host_nodes]
 
 
 def run(**settings):
-    flows = [{"source": HOSTS[s], "destination": HOSTS[0], "size_bytes": 2 << 20} for s in (4, 5, 6, 7)]
-    spec = {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "jobs": [{"collective": "POINT_TO_POINT", "flows": flows}],
-        "load_balancing": {"mode": "ECMP"},
-        "window_bytes": 256 * 1024,
-        "sample_interval_ns": 20_000,
-        **settings,
-    }
+    flows = [(s, 0, 2 << 20) for s in (4, 5, 6, 7)]
+    spec = point_to_point_spec(FABRIC, flows, window_bytes=256 * 1024, sample_interval_ns=20_000, **settings)
     return run_simulation(spec, FABRIC)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from services.common.errors import InvalidArgument
 from services.simulator.runner import run_simulation
-from tests.simulator.fabrics import leaf_spine
+from tests.simulator.fabrics import leaf_spine, point_to_point_spec
 
 GBPS = 1_000_000_000
 FABRIC = leaf_spine(2, 1, 4, rate_bps=100 * GBPS)
@@ -19,24 +19,8 @@ INCAST = [(4, 0), (5, 0), (6, 0), (7, 0)]
 
 
 def run(dcqcn: bool, flows=INCAST, **settings):
-    spec = {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "jobs": [
-            {
-                "collective": "POINT_TO_POINT",
-                "flows": [
-                    {"source": HOSTS[s], "destination": HOSTS[d], "size_bytes": SIZE} for s, d in flows
-                ],
-            }
-        ],
-        "load_balancing": {"mode": "ECMP"},
-        "buffer_bytes": 4 << 20,
-        "pfc": True,
-        "window_bytes": 1 << 20,
-        "dcqcn": dcqcn,
-        **settings,
-    }
+    defaults = {"buffer_bytes": 4 << 20, "pfc": True, "window_bytes": 1 << 20, "dcqcn": dcqcn}
+    spec = point_to_point_spec(FABRIC, [(s, d, SIZE) for s, d in flows], **{**defaults, **settings})
     return run_simulation(spec, FABRIC)
 
 
@@ -185,19 +169,7 @@ def test_one_cnp_costs_the_closed_form_of_the_cut_and_its_fast_recovery():
     # each, until it is within 0.1% of line rate after 9 events (F = 5 fast-recovery steps, then
     # additive steps toward the same capped target). The flow loses T x sum(2^-k, k=1..9) of line-rate
     # time: 55 us x (1 - 2^-9) = 54.89 us, if it is long enough to ride out the recovery.
-    size = 64 << 20
-    spec = {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "jobs": [
-            {
-                "collective": "POINT_TO_POINT",
-                "flows": [{"source": HOSTS[1], "destination": HOSTS[0], "size_bytes": size}],
-            }
-        ],
-        "load_balancing": {"mode": "ECMP"},
-        "dcqcn": True,
-    }
+    spec = point_to_point_spec(FABRIC, [(1, 0, 64 << 20)], dcqcn=True)
     plain = run_simulation(spec, FABRIC)
     marked = run_simulation({**spec, "mark_once": (0, 100)}, FABRIC)
     assert marked.packets.counters["cnp_sent"] == marked.packets.counters["cnp_handled"] == 1

@@ -7,7 +7,7 @@ import pytest
 
 from services.common.errors import InvalidArgument
 from services.simulator.runner import run_simulation
-from tests.simulator.fabrics import leaf_spine
+from tests.simulator.fabrics import leaf_spine, point_to_point_spec
 
 GBPS = 1_000_000_000
 FABRIC = leaf_spine(2, 1, 4, rate_bps=200 * GBPS)
@@ -19,23 +19,8 @@ VL_BUFFER = 32 * 1024
 
 
 def run(transport: str, flows=INCAST, faults=(), **settings):
-    spec = {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "transport": transport,
-        "jobs": [
-            {
-                "collective": "POINT_TO_POINT",
-                "flows": [
-                    {"source": HOSTS[s], "destination": HOSTS[d], "size_bytes": SIZE} for s, d in flows
-                ],
-            }
-        ],
-        "load_balancing": {"mode": "ECMP"},
-        "buffer_bytes": 256 * 1024,
-        "faults": list(faults),
-        **settings,
-    }
+    defaults = {"transport": transport, "buffer_bytes": 256 * 1024, "faults": list(faults)}
+    spec = point_to_point_spec(FABRIC, [(s, d, SIZE) for s, d in flows], **{**defaults, **settings})
     return run_simulation(spec, FABRIC)
 
 

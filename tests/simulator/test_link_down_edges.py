@@ -12,28 +12,9 @@ from services.common.errors import InvalidArgument
 from services.simulator.link_faults import down_sets
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
-from tests.simulator.fabrics import fat_tree, leaf_spine, with_links_down
+from tests.simulator.fabrics import fat_tree, leaf_spine, point_to_point_spec, with_links_down
 
 GBPS = 1_000_000_000
-
-
-def p2p(fabric, flows, **more) -> dict:
-    names = [fabric.node_names[h] for h in fabric.host_nodes]
-    return {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "jobs": [
-            {
-                "collective": "POINT_TO_POINT",
-                "flows": [
-                    {"source": names[s], "destination": names[d], "size_bytes": size, "start_ns": start}
-                    for s, d, size, start in ((*f, 0) if len(f) == 3 else f for f in flows)
-                ],
-            }
-        ],
-        "load_balancing": {"mode": "ECMP"},
-        **more,
-    }
 
 
 def run(fabric, data):
@@ -55,7 +36,7 @@ def down(link: str, start: int, end: int = 0, reroute: str = "FAST_RECOVERY", de
 
 def test_a_link_down_discarding_a_deep_credit_queue_grows_the_event_heap_first():
     fabric = leaf_spine(1, 1, 16, rate_bps=200 * GBPS)
-    data = p2p(
+    data = point_to_point_spec(
         fabric,
         [(s, 0, 8 << 20) for s in range(1, 16)],
         transport="INFINIBAND",
@@ -71,7 +52,9 @@ def test_a_link_down_discarding_a_deep_credit_queue_grows_the_event_heap_first()
 @pytest.mark.parametrize("flap_ns", [100, 300, 2_000])
 def test_a_port_never_sends_faster_than_its_line_rate_after_a_flap(flap_ns):
     fabric = leaf_spine(1, 1, 3, rate_bps=100 * GBPS)
-    base = p2p(fabric, [(1, 0, 1 << 20), (2, 0, 1 << 20)], window_bytes=1 << 20, buffer_bytes=4 << 20)
+    base = point_to_point_spec(
+        fabric, [(1, 0, 1 << 20), (2, 0, 1 << 20)], window_bytes=1 << 20, buffer_bytes=4 << 20
+    )
     outcome = run(
         fabric,
         {**base, "sample_interval_ns": 1000, "faults": [down("host-0<->leaf-0", 20_000, 20_000 + flap_ns)]},
@@ -85,7 +68,7 @@ def test_a_port_never_sends_faster_than_its_line_rate_after_a_flap(flap_ns):
 
 def test_a_slow_reaction_to_an_early_failure_does_not_undo_a_fast_one_to_a_later_failure():
     fabric = fat_tree(4, rate_bps=100 * GBPS)
-    base = p2p(fabric, [(0, 15, 16 << 20)], window_bytes=256 * 1024)
+    base = point_to_point_spec(fabric, [(0, 15, 16 << 20)], window_bytes=256 * 1024)
     healthy = run(fabric, base)
     flows = healthy.flows
     path = flows.path_links[flows.path_offsets[flows.route[0]] : flows.path_offsets[flows.route[0] + 1]]
@@ -107,7 +90,9 @@ def test_a_slow_reaction_to_an_early_failure_does_not_undo_a_fast_one_to_a_later
 def test_flowlets_leave_a_dead_port(gap_ns):
     fabric = fat_tree(4, rate_bps=100 * GBPS)
     lb = {"mode": "FLOWLET", "flowlet_gap_ns": gap_ns}
-    base = p2p(fabric, [(0, 15, 4 << 20), (5, 10, 4 << 20)], window_bytes=256 * 1024, load_balancing=lb)
+    base = point_to_point_spec(
+        fabric, [(0, 15, 4 << 20), (5, 10, 4 << 20)], window_bytes=256 * 1024, load_balancing=lb
+    )
     for link in ("leaf-0<->spine-0", "leaf-0<->spine-1"):
         outcome = run(fabric, {**base, "faults": [down(link, 50_000, reroute="ROUTING_PROTOCOL")]})
         assert outcome.packets.delivered_bytes == 8 << 20, link
@@ -116,7 +101,7 @@ def test_flowlets_leave_a_dead_port(gap_ns):
 
 def test_overlapping_faults_keep_the_link_down_until_the_last_one_ends():
     fabric = fat_tree(4, rate_bps=100 * GBPS)
-    base = p2p(fabric, [(0, 15, 4 << 20)], window_bytes=256 * 1024)
+    base = point_to_point_spec(fabric, [(0, 15, 4 << 20)], window_bytes=256 * 1024)
     faults = [down("host-0<->leaf-0", 50_000, 1_000_000), down("host-0<->leaf-0", 500_000, 5_000_000)]
     outcome = run(fabric, {**base, "faults": faults})
     assert outcome.makespan_ns > 5_000_000
@@ -126,7 +111,7 @@ def test_overlapping_faults_keep_the_link_down_until_the_last_one_ends():
 
 def test_port_xmit_wait_stops_while_the_link_is_down():
     fabric = leaf_spine(2, 1, 4, rate_bps=200 * GBPS)
-    base = p2p(
+    base = point_to_point_spec(
         fabric,
         [(1, 0, 2 << 20), (2, 0, 2 << 20), (4, 0, 2 << 20)],
         transport="INFINIBAND",
@@ -142,7 +127,7 @@ def test_port_xmit_wait_stops_while_the_link_is_down():
 
 def test_a_packet_larger_than_the_engine_carries_or_than_the_credits_is_refused():
     fabric = leaf_spine(1, 1, 2)
-    base = p2p(fabric, [(1, 0, 1 << 20)], transport="INFINIBAND")
+    base = point_to_point_spec(fabric, [(1, 0, 1 << 20)], transport="INFINIBAND")
     with pytest.raises(InvalidArgument) as caught:
         run(fabric, {**base, "mtu_bytes": 70_000})
     assert caught.value.field == "mtu_bytes"
@@ -153,7 +138,9 @@ def test_a_packet_larger_than_the_engine_carries_or_than_the_credits_is_refused(
 
 def test_a_job_starting_late_is_not_a_stall():
     fabric = leaf_spine(1, 1, 2)
-    data = p2p(fabric, [(1, 0, 1 << 20, 0), (0, 1, 1 << 20, 1_500_000_000)], window_bytes=256 * 1024)
+    data = point_to_point_spec(
+        fabric, [(1, 0, 1 << 20, 0), (0, 1, 1 << 20, 1_500_000_000)], window_bytes=256 * 1024
+    )
     outcome = run(fabric, data)
     assert outcome.packets.delivered_bytes == 2 << 20
     assert np.all(outcome.flows.finish_ns > 0)
@@ -161,7 +148,7 @@ def test_a_job_starting_late_is_not_a_stall():
 
 def test_faults_that_abut_on_one_link_are_one_outage():
     fabric = fat_tree(4, rate_bps=100 * GBPS)
-    base = p2p(fabric, [(0, 15, 4 << 20)], window_bytes=256 * 1024)
+    base = point_to_point_spec(fabric, [(0, 15, 4 << 20)], window_bytes=256 * 1024)
     faults = [down("host-0<->leaf-0", 50_000, 100_000), down("host-0<->leaf-0", 100_000, 5_000_000)]
     outcome = run(fabric, {**base, "faults": faults})
     i = outcome.channels.display_names.index("host-0->leaf-0")

@@ -20,7 +20,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2, topology_pb2, topology_pb2
 from services.common.errors import FailedPrecondition
 from services.simulator.runner import run_simulation
 from tests.in_process import in_process_stack
-from tests.simulator.fabrics import switch_ring
+from tests.simulator.fabrics import point_to_point_spec, switch_ring
 
 SWITCHES = 5
 GBPS = 1_000_000_000
@@ -37,22 +37,7 @@ def two_hops_on(hosts_per_switch=1, step=2, offset=0):
 
 
 def spec(fabric, flows, pfc=True, **roce):
-    names = [fabric.node_names[h] for h in fabric.host_nodes]
-    return {
-        "fabric": "fabrics/test",
-        "fidelity": "PACKET",
-        "jobs": [
-            {
-                "collective": "POINT_TO_POINT",
-                "flows": [
-                    {"source": names[s], "destination": names[d], "size_bytes": size} for s, d, size in flows
-                ],
-            }
-        ],
-        "load_balancing": {"mode": "ECMP"},
-        "pfc": pfc,
-        **roce,
-    }
+    return point_to_point_spec(fabric, flows, pfc=pfc, **roce)
 
 
 def named_cycle(error: FailedPrecondition) -> list[str]:
