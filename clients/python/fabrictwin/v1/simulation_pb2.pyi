@@ -233,6 +233,10 @@ class FlowSpec(_message.Message):
     DESTINATION_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     START_NS_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    PATH_LINKS_FIELD_NUMBER: _builtins.int
+    UDP_SOURCE_PORT_FIELD_NUMBER: _builtins.int
+    RATE_GBPS_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """Source host (name)."""
     destination: _builtins.str
@@ -241,6 +245,23 @@ class FlowSpec(_message.Message):
     """Bytes to send."""
     start_ns: _builtins.int
     """Start time offset within the job."""
+    udp_source_port: _builtins.int
+    """UDP source port of the flow's 5-tuple (0: derived from the QP number, as NICs do); 1..65535."""
+    rate_gbps: _builtins.float
+    """Cap on the flow's sending rate, Gb/s (a rate-limited sender); 0: line rate."""
+    @_builtins.property
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Pin the flow to one path, as observed on a live fabric: node names from source to
+        destination, consecutive nodes joined by one link (where two nodes have parallel links, use
+        `path_links`). Empty: the load-balancing mode chooses. A pinned flow is never rebalanced.
+        """
+
+    @_builtins.property
+    def path_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Pin the flow to these links, in order from the source (link display names,
+        `leaf-0/p3<->spine-1/p1`). Use `path` or `path_links`, not both.
+        """
+
     def __init__(
         self,
         *,
@@ -248,10 +269,14 @@ class FlowSpec(_message.Message):
         destination: _builtins.str = ...,
         size_bytes: _builtins.int = ...,
         start_ns: _builtins.int = ...,
+        path: _abc.Iterable[_builtins.str] | None = ...,
+        path_links: _abc.Iterable[_builtins.str] | None = ...,
+        udp_source_port: _builtins.int = ...,
+        rate_gbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "path", b"path", "path_links", b"path_links", "rate_gbps", b"rate_gbps", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns", "udp_source_port", b"udp_source_port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

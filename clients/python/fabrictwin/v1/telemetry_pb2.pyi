@@ -88,7 +88,13 @@ class _MetricEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Metric.ValueTy
     METRIC_QUEUE_DEPTH_BYTES: _Metric.ValueType  # 18
     """Queue depth, bytes."""
     METRIC_LINK_DOWNED: _Metric.ValueType  # 19
-    """LinkDownedCounter."""
+    """LinkDownedCounter; on Ethernet, carrier-down transitions (node_network_carrier_down_changes_total)."""
+    METRIC_CARRIER_CHANGES: _Metric.ValueType  # 20
+    """Carrier transitions, up and down (node_network_carrier_changes_total, OpenConfig carrier-transitions)."""
+    METRIC_OUT_OF_SEQUENCE: _Metric.ValueType  # 21
+    """RoCE responder: packets that arrived out of sequence, each answered by a NAK (mlx5 out_of_sequence)."""
+    METRIC_PACKET_SEQ_ERRORS: _Metric.ValueType  # 22
+    """RoCE requester: NAK sequence errors received, each a Go-Back-N resend (mlx5 packet_seq_err)."""
 
 class Metric(_Metric, metaclass=_MetricEnumTypeWrapper):
     """Metrics stored per port and time (wide rows: one column each)."""
@@ -131,7 +137,13 @@ METRIC_RETRANSMITTED_PACKETS: Metric.ValueType  # 17
 METRIC_QUEUE_DEPTH_BYTES: Metric.ValueType  # 18
 """Queue depth, bytes."""
 METRIC_LINK_DOWNED: Metric.ValueType  # 19
-"""LinkDownedCounter."""
+"""LinkDownedCounter; on Ethernet, carrier-down transitions (node_network_carrier_down_changes_total)."""
+METRIC_CARRIER_CHANGES: Metric.ValueType  # 20
+"""Carrier transitions, up and down (node_network_carrier_changes_total, OpenConfig carrier-transitions)."""
+METRIC_OUT_OF_SEQUENCE: Metric.ValueType  # 21
+"""RoCE responder: packets that arrived out of sequence, each answered by a NAK (mlx5 out_of_sequence)."""
+METRIC_PACKET_SEQ_ERRORS: Metric.ValueType  # 22
+"""RoCE requester: NAK sequence errors received, each a Go-Back-N resend (mlx5 packet_seq_err)."""
 Global___Metric: _TypeAlias = Metric  # noqa: Y015
 
 class _CounterKind:

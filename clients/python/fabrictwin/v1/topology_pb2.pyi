@@ -117,6 +117,10 @@ class _TopologyFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Topolo
     """ns-3 HPCC topology text (`nodes switches links`, switch ids, `src dst rate delay error`)."""
     TOPOLOGY_FORMAT_OPENSM_LFTS: _TopologyFormat.ValueType  # 5
     """OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine)."""
+    TOPOLOGY_FORMAT_LLDP: _TopologyFormat.ValueType  # 6
+    """LLDP neighbour tables, one `lldpcli -f json show neighbors` document per node (optionally with
+    `show chassis` in the same document); given as `documents` or a tar `archive`. Import only.
+    """
 
 class TopologyFormat(_TopologyFormat, metaclass=_TopologyFormatEnumTypeWrapper):
     """Topology file formats."""
@@ -132,6 +136,10 @@ TOPOLOGY_FORMAT_NS3_HPCC: TopologyFormat.ValueType  # 4
 """ns-3 HPCC topology text (`nodes switches links`, switch ids, `src dst rate delay error`)."""
 TOPOLOGY_FORMAT_OPENSM_LFTS: TopologyFormat.ValueType  # 5
 """OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine)."""
+TOPOLOGY_FORMAT_LLDP: TopologyFormat.ValueType  # 6
+"""LLDP neighbour tables, one `lldpcli -f json show neighbors` document per node (optionally with
+`show chassis` in the same document); given as `documents` or a tar `archive`. Import only.
+"""
 Global___TopologyFormat: _TypeAlias = TopologyFormat  # noqa: Y015
 
 class _FabricEventKind:
@@ -198,6 +206,7 @@ class Fabric(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    IMPORT_NOTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name, `fabrics/{fabric}`."""
     display_name: _builtins.str
@@ -230,6 +239,10 @@ class Fabric(_message.Message):
     def update_time(self) -> _timestamp_pb2.Timestamp:
         """When it last changed (link state, routes, labels)."""
 
+    @_builtins.property
+    def import_notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the import noticed and accepted (e.g. LLDP links seen from one end only), one line each."""
+
     def __init__(
         self,
         *,
@@ -245,10 +258,11 @@ class Fabric(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        import_notes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "imported_format", b"imported_format", "source", b"source", "spec", b"spec", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "host_count", b"host_count", "imported_format", b"imported_format", "labels", b"labels", "link_count", b"link_count", "name", b"name", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "source", b"source", "spec", b"spec", "switch_count", b"switch_count", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "host_count", b"host_count", "import_notes", b"import_notes", "imported_format", b"imported_format", "labels", b"labels", "link_count", b"link_count", "name", b"name", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "source", b"source", "spec", b"spec", "switch_count", b"switch_count", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["spec", "imported_format"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
@@ -466,6 +480,26 @@ class ImportFabricRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PortSpeedsGbpsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FABRIC_ID_FIELD_NUMBER: _builtins.int
     DISPLAY_NAME_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
@@ -474,6 +508,9 @@ class ImportFabricRequest(_message.Message):
     DEFAULT_LINK_SPEED_GBPS_FIELD_NUMBER: _builtins.int
     DEFAULT_LINK_LATENCY_NS_FIELD_NUMBER: _builtins.int
     TAKE_SLOWER_END_ON_SPEED_MISMATCH_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    ARCHIVE_FIELD_NUMBER: _builtins.int
+    PORT_SPEEDS_GBPS_FIELD_NUMBER: _builtins.int
     fabric_id: _builtins.str
     """The id part of the resource name; generated if empty."""
     display_name: _builtins.str
@@ -493,6 +530,22 @@ class ImportFabricRequest(_message.Message):
     example does), take the slower end instead of refusing the dump. Off by default: the refusal
     names both lines.
     """
+    archive: _builtins.bytes
+    """Formats made of one document per node: a tar archive (optionally gzip-compressed) of
+    `NODE.json` files, at most 64 MiB.
+    """
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologyDocument]:
+        """Formats made of one document per node (LLDP): the documents, each named after its node
+        (`leaf-0` or `leaf-0.json`). Use either `content`, `documents` or `archive`.
+        """
+
+    @_builtins.property
+    def port_speeds_gbps(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """LLDP: link speeds by port, `node/ifname` -> Gb/s (from node_exporter's
+        `node_network_speed_bytes` or SNMP `ifHighSpeed`); other links take `default_link_speed_gbps`.
+        """
+
     def __init__(
         self,
         *,
@@ -504,14 +557,43 @@ class ImportFabricRequest(_message.Message):
         default_link_speed_gbps: _builtins.float = ...,
         default_link_latency_ns: _builtins.int = ...,
         take_slower_end_on_speed_mismatch: _builtins.bool = ...,
+        documents: _abc.Iterable[Global___TopologyDocument] | None = ...,
+        archive: _builtins.bytes = ...,
+        port_speeds_gbps: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "fabric_id", b"fabric_id", "format", b"format", "routing_engine", b"routing_engine", "take_slower_end_on_speed_mismatch", b"take_slower_end_on_speed_mismatch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive", b"archive", "content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "documents", b"documents", "fabric_id", b"fabric_id", "format", b"format", "port_speeds_gbps", b"port_speeds_gbps", "routing_engine", b"routing_engine", "take_slower_end_on_speed_mismatch", b"take_slower_end_on_speed_mismatch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ImportFabricRequest: _TypeAlias = ImportFabricRequest  # noqa: Y015
+
+@_typing.final
+class TopologyDocument(_message.Message):
+    """One node's document of a per-node format (LLDP)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The node's name, or a file name whose stem is the node's name (`leaf-0.json`)."""
+    content: _builtins.str
+    """The document's text."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TopologyDocument: _TypeAlias = TopologyDocument  # noqa: Y015
 
 @_typing.final
 class ExportFabricRequest(_message.Message):
@@ -785,6 +867,8 @@ class Link(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     BIT_ERROR_RATE_FIELD_NUMBER: _builtins.int
     DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    PORT_NAME_A_FIELD_NUMBER: _builtins.int
+    PORT_NAME_B_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name; `{link}` is the dense link index."""
     index: _builtins.int
@@ -807,6 +891,10 @@ class Link(_message.Message):
     """Bit error rate while DEGRADED."""
     display_name: _builtins.str
     """Readable name such as `spine-3/p5<->leaf-1/p33`."""
+    port_name_a: _builtins.str
+    """The interface name of port_a on node_a where the source knows it (`swp3` from LLDP), else empty."""
+    port_name_b: _builtins.str
+    """The interface name of port_b on node_b, else empty."""
     def __init__(
         self,
         *,
@@ -821,10 +909,12 @@ class Link(_message.Message):
         state: Global___LinkState.ValueType = ...,
         bit_error_rate: _builtins.float = ...,
         display_name: _builtins.str = ...,
+        port_name_a: _builtins.str = ...,
+        port_name_b: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_error_rate", b"bit_error_rate", "display_name", b"display_name", "index", b"index", "latency_ns", b"latency_ns", "name", b"name", "node_a", b"node_a", "node_b", b"node_b", "port_a", b"port_a", "port_b", b"port_b", "speed_gbps", b"speed_gbps", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bit_error_rate", b"bit_error_rate", "display_name", b"display_name", "index", b"index", "latency_ns", b"latency_ns", "name", b"name", "node_a", b"node_a", "node_b", b"node_b", "port_a", b"port_a", "port_b", b"port_b", "port_name_a", b"port_name_a", "port_name_b", b"port_name_b", "speed_gbps", b"speed_gbps", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
