@@ -94,6 +94,10 @@ class Fabric:
     link_state: np.ndarray  # int8 [L], LinkState
     link_ber: np.ndarray  # float64 [L], bit error rate (meaningful while DEGRADED)
     link_names: list[str]
+    # Interface names of each link's ends where the source knows them (LLDP: `swp3`), else None.
+    link_port_names: tuple[list[str], list[str]] | None = None
+    # What an importer noticed and accepted (links seen from one end only, ...), one line each.
+    import_notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def num_nodes(self) -> int:
@@ -180,6 +184,8 @@ class Fabric:
                 raise InvalidArgument(name, f"has shape {getattr(self, name).shape}, expected ({links},)")
         if len(self.link_names) != links:
             raise InvalidArgument("link_names", f"has {len(self.link_names)} entries for {links} links")
+        if self.link_port_names is not None and any(len(side) != links for side in self.link_port_names):
+            raise InvalidArgument("link_port_names", f"needs two lists of {links} interface names")
         if not np.isin(self.node_kind, [NodeKind.HOST, NodeKind.SWITCH]).all():
             raise InvalidArgument("node_kind", "every node must be a HOST or a SWITCH")
         ends = np.concatenate([self.link_a, self.link_b])

@@ -29,7 +29,7 @@ __all__ = [
     "routing_summary",
 ]
 
-IMPORT_FORMATS = ("ibnetdiscover", "json", "ns3_hpcc")
+IMPORT_FORMATS = ("ibnetdiscover", "json", "lldp", "ns3_hpcc")
 
 
 def engine_name(value: int, field: str) -> str | None:
@@ -64,6 +64,7 @@ def fabric_message(record: FabricRecord) -> topology_pb2.Fabric:
         routing_engine=engine_value(record.routing_engine),
         routing_version=record.routing_version,
         labels=record.labels,
+        import_notes=record.import_notes,
     )
     if record.spec is not None:
         json_format.ParseDict(record.spec, message.spec)
@@ -97,6 +98,7 @@ def node_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Node:
 
 
 def link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
+    port_names = fabric.link_port_names
     return topology_pb2.Link(
         name=f"fabrics/{fabric_id}/links/{i}",
         index=i,
@@ -109,6 +111,8 @@ def link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
         state=int(fabric.link_state[i]),
         bit_error_rate=float(fabric.link_ber[i]),
         display_name=fabric.link_names[i],
+        port_name_a=port_names[0][i] if port_names is not None else "",
+        port_name_b=port_names[1][i] if port_names is not None else "",
     )
 
 

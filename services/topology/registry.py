@@ -144,6 +144,9 @@ class FabricRegistry:
         default_link_speed_gbps: float,
         default_link_latency_ns: int,
         take_slower_end_on_speed_mismatch: bool = False,
+        documents: list[tuple[str, str]] | None = None,
+        archive: bytes = b"",
+        port_speeds_gbps: Mapping[str, float] | None = None,
     ) -> RoutedFabric:
         """Parse a dump (services.topology.formats), route and store it; nothing is stored on error."""
         from services.topology.formats import import_fabric  # the formats package loads its parsers lazily
@@ -159,6 +162,9 @@ class FabricRegistry:
                 default_link_speed_gbps=default_link_speed_gbps,
                 default_link_latency_ns=default_link_latency_ns,
                 take_slower_end_on_speed_mismatch=take_slower_end_on_speed_mismatch,
+                documents=documents,
+                archive=archive,
+                port_speeds_gbps=port_speeds_gbps,
             )
         )
         return await self._add(fabric_id, display_name, fabric, engine, {}, imported_format=format)
@@ -189,6 +195,7 @@ class FabricRegistry:
             link_count=fabric.num_links,
             create_time=now,
             update_time=now,
+            import_notes=list(fabric.import_notes),
         )
         await asyncio.to_thread(self.store.add, record, fabric)
         return self._remember(RoutedFabric(record, fabric, routes))

@@ -122,6 +122,9 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             default_link_speed_gbps=request.default_link_speed_gbps or 400.0,
             default_link_latency_ns=request.default_link_latency_ns or 500,
             take_slower_end_on_speed_mismatch=request.take_slower_end_on_speed_mismatch,
+            documents=[(document.name, document.content) for document in request.documents],
+            archive=request.archive,
+            port_speeds_gbps=dict(request.port_speeds_gbps),
         )
         return fabric_message(routed.record)
 

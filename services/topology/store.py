@@ -62,6 +62,7 @@ class FabricRecord:
     link_count: int
     create_time: dt.datetime
     update_time: dt.datetime
+    import_notes: list[str] = dataclasses.field(default_factory=list)  # what the import noticed
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -133,6 +134,17 @@ class TopologyStore:
             ),
             Column("content", Text, nullable=False),
         )
+        # What an importer knew beyond the arrays (interface names of link ends, notes), one row per
+        # imported fabric that has any: a table of its own, so older databases gain it on start.
+        self.imports = Table(
+            f"{p}fabric_imports",
+            self.metadata,
+            Column(
+                "fabric_id", String(63), ForeignKey(f"{p}fabrics.id", ondelete="CASCADE"), primary_key=True
+            ),
+            Column("port_names", JSON, nullable=True),  # [names of a ends, names of b ends]
+            Column("notes", JSON, nullable=False),
+        )
 
     def create_tables(self) -> None:
         self.metadata.create_all(self.engine)
@@ -140,12 +152,22 @@ class TopologyStore:
     def drop_tables(self) -> None:
         self.metadata.drop_all(self.engine)
 
-    def _record(self, row: Any) -> FabricRecord:
+    def _record(self, row: Any, notes: list[str] | None = None) -> FabricRecord:
         values = row._asdict()
         values["create_time"] = _utc(values["create_time"])
         values["update_time"] = _utc(values["update_time"])
         values["labels"] = dict(values["labels"] or {})
-        return FabricRecord(**values)
+        return FabricRecord(**values, import_notes=list(notes or []))
+
+    def _notes(self, conn: Any, fabric_ids: list[str]) -> dict[str, list[str]]:
+        if not fabric_ids:
+            return {}
+        rows = conn.execute(
+            select(self.imports.c.fabric_id, self.imports.c.notes).where(
+                self.imports.c.fabric_id.in_(fabric_ids)
+            )
+        )
+        return {fabric_id: list(notes or []) for fabric_id, notes in rows}
 
     def add(self, record: FabricRecord, fabric: Fabric) -> None:
         """Store a new fabric whole, in one transaction; AlreadyExists if the id is taken."""
@@ -170,7 +192,14 @@ class TopologyStore:
         ]  # fmt: skip
         try:
             with self.engine.begin() as conn:
-                conn.execute(insert(self.fabrics).values(**dataclasses.asdict(record)))
+                row = dataclasses.asdict(record)
+                notes = row.pop("import_notes")
+                conn.execute(insert(self.fabrics).values(**row))
+                if notes or fabric.link_port_names is not None:
+                    names = (
+                        None if fabric.link_port_names is None else [list(s) for s in fabric.link_port_names]
+                    )
+                    conn.execute(insert(self.imports).values(fabric_id=fid, port_names=names, notes=notes))
                 if node_rows:
                     conn.execute(insert(self.nodes), node_rows)
                 if link_rows:
@@ -191,9 +220,10 @@ class TopologyStore:
         """The fabric's record; NotFound if there is none."""
         with self.engine.connect() as conn:
             row = conn.execute(select(self.fabrics).where(self.fabrics.c.id == fabric_id)).first()
+            notes = self._notes(conn, [fabric_id])
         if row is None:
             raise NotFound(f"fabrics/{fabric_id} does not exist")
-        return self._record(row)
+        return self._record(row, notes.get(fabric_id))
 
     def list(self, offset: int, limit: int) -> list[FabricRecord]:
         """Records in creation order (then id), `limit` of them from `offset`."""
@@ -204,7 +234,9 @@ class TopologyStore:
             .limit(limit)
         )
         with self.engine.connect() as conn:
-            return [self._record(row) for row in conn.execute(query)]
+            rows = conn.execute(query).all()
+            notes = self._notes(conn, [row.id for row in rows])
+        return [self._record(row, notes.get(row.id)) for row in rows]
 
     def count(self) -> int:
         with self.engine.connect() as conn:
@@ -214,6 +246,7 @@ class TopologyStore:
         """Delete the fabric with its nodes and links; NotFound if there is none."""
         with self.engine.begin() as conn:
             conn.execute(delete(self.routing_files).where(self.routing_files.c.fabric_id == fabric_id))
+            conn.execute(delete(self.imports).where(self.imports.c.fabric_id == fabric_id))
             conn.execute(delete(self.links).where(self.links.c.fabric_id == fabric_id))
             conn.execute(delete(self.nodes).where(self.nodes.c.fabric_id == fabric_id))
             gone = conn.execute(delete(self.fabrics).where(self.fabrics.c.id == fabric_id)).rowcount
@@ -293,6 +326,11 @@ class TopologyStore:
                 .where(lk.fabric_id == fabric_id)
                 .order_by(lk.idx)
             ).all()
+            imported = conn.execute(
+                select(self.imports.c.port_names, self.imports.c.notes).where(
+                    self.imports.c.fabric_id == fabric_id
+                )
+            ).first()
         node_cols = list(zip(*nodes, strict=True)) if nodes else [[] for _ in range(9)]
         link_cols = list(zip(*links, strict=True)) if links else [[] for _ in range(9)]
         return Fabric(
@@ -314,4 +352,8 @@ class TopologyStore:
             link_state=np.array(link_cols[7], dtype=np.int8),
             link_ber=np.array(link_cols[8], dtype=np.float64),
             link_names=list(link_cols[0]),
+            link_port_names=None
+            if imported is None or imported.port_names is None
+            else (list(imported.port_names[0]), list(imported.port_names[1])),
+            import_notes=[] if imported is None else list(imported.notes or []),
         )

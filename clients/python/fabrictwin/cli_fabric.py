@@ -156,7 +156,36 @@ def _route(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _port_speeds(values: list[str]) -> dict[str, float]:
+    speeds = {}
+    for value in values:
+        port, _, gbps = value.rpartition("=")
+        try:
+            speeds[port] = float(gbps)
+        except ValueError:
+            raise InputError(f"--port-speed {value!r}: expected NODE/IFNAME=GBPS") from None
+        if not port:
+            raise InputError(f"--port-speed {value!r}: expected NODE/IFNAME=GBPS")
+    return speeds
+
+
 def _import(client: Client, args: argparse.Namespace) -> int:
+    if args.format == "lldp":
+        fabric = client.fabrics.import_lldp(
+            args.file,
+            fabric_id=args.id,
+            display_name=args.display_name,
+            routing_engine=args.routing,
+            default_link_speed_gbps=args.default_speed_gbps,
+            default_link_latency_ns=args.default_latency_ns,
+            port_speeds_gbps=_port_speeds(args.port_speed),
+        )
+        emit(args, fabric, _fabric_row)
+        for note in fabric.import_notes:
+            print(f"note: {note}", file=sys.stderr)
+        return 0
+    if args.port_speed:
+        raise InputError("--port-speed applies to --format lldp only")
     fabric = client.fabrics.import_(
         args.format,
         _read_input(args.file),
@@ -318,9 +347,11 @@ def register(root: argparse._SubParsersAction) -> None:
         _import,
         "import a fabric from a topology dump",
         "Import a fabric from a dump and route it. FILE may be '-' for stdin.\n"
-        "Formats: ibnetdiscover (rdma-core text, also ibsim's short form), json, ns3_hpcc.",
+        "Formats: ibnetdiscover (rdma-core text, also ibsim's short form), json, ns3_hpcc,\n"
+        "lldp (FILE: a directory of NODE.json files, each `lldpcli -f json show neighbors`\n"
+        "of that node, or a tar archive of them).",
     )
-    p.add_argument("file", metavar="FILE", help="the dump ('-' reads stdin)")
+    p.add_argument("file", metavar="FILE", help="the dump ('-' reads stdin); for lldp a directory or tar")
     p.add_argument("--format", **choice(topology_pb2.TopologyFormat), required=True, help="format of FILE")
     p.add_argument("--id", default="", help="id of the fabric; generated if omitted")
     p.add_argument("--display-name", default="", help="human-readable name")
@@ -332,6 +363,13 @@ def register(root: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--default-speed-gbps", type=float, default=0.0, help="link speed where the dump gives none"
+    )
+    p.add_argument(
+        "--port-speed",
+        action="append",
+        default=[],
+        metavar="NODE/IF=GBPS",
+        help="lldp: a port's speed (node_network_speed_bytes x 8 / 1e9, or ifHighSpeed / 1000); repeatable",
     )
     p.add_argument(
         "--default-latency-ns", type=duration_arg, default=0, help="link latency where none is given"

@@ -6,7 +6,7 @@ List methods iterate over every page; watch streams until the caller stops itera
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -149,8 +149,15 @@ class FabricsApi:
         default_link_speed_gbps: float = 0.0,
         default_link_latency_ns: int = 0,
         take_slower_end_on_speed_mismatch: bool = False,
+        documents: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
+        archive: bytes = b"",
+        port_speeds_gbps: Mapping[str, float] | None = None,
     ) -> topology_pb2.Fabric:
-        """Import a dump (`format`: `ibnetdiscover`, `json`, `ns3_hpcc` or a TopologyFormat) and route it."""
+        """Import a dump (`format`: `ibnetdiscover`, `json`, `ns3_hpcc`, `lldp`, a TopologyFormat), route it.
+
+        Per-node formats (`lldp`) take `documents` ((node, text) pairs or a mapping) or a tar
+        `archive` instead of `content` (pass ""); `port_speeds_gbps` maps `node/ifname` to Gb/s.
+        """
         request = topology_pb2.ImportFabricRequest(
             fabric_id=fabric_id,
             display_name=display_name,
@@ -159,10 +166,43 @@ class FabricsApi:
             default_link_speed_gbps=default_link_speed_gbps,
             default_link_latency_ns=default_link_latency_ns,
             take_slower_end_on_speed_mismatch=take_slower_end_on_speed_mismatch,
+            archive=archive,
+            port_speeds_gbps=dict(port_speeds_gbps or {}),
         )
+        items = documents.items() if isinstance(documents, Mapping) else (documents or ())
+        request.documents.extend(topology_pb2.TopologyDocument(name=n, content=c) for n, c in items)
         if routing_engine is not None:
             request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
         return self._connection.unary(self._stub.ImportFabric, request)
+
+    def import_lldp(
+        self,
+        source: str | Iterable[tuple[str, str]] | Mapping[str, str],
+        *,
+        fabric_id: str = "",
+        display_name: str = "",
+        routing_engine: EnumLike | None = None,
+        default_link_speed_gbps: float = 0.0,
+        default_link_latency_ns: int = 0,
+        port_speeds_gbps: Mapping[str, float] | None = None,
+    ) -> topology_pb2.Fabric:
+        """Import a fabric from LLDP neighbour tables: a directory of `NODE.json` files, a tar archive of
+        them (a path), or (node, `lldpcli -f json show neighbors` text) pairs."""
+        from fabrictwin.lldp import read_documents
+
+        given = read_documents(source) if isinstance(source, str) else source
+        return self.import_(
+            "lldp",
+            "",
+            fabric_id=fabric_id,
+            display_name=display_name,
+            routing_engine=routing_engine,
+            default_link_speed_gbps=default_link_speed_gbps,
+            default_link_latency_ns=default_link_latency_ns,
+            documents=None if isinstance(given, bytes) else given,
+            archive=given if isinstance(given, bytes) else b"",
+            port_speeds_gbps=port_speeds_gbps,
+        )
 
     def export(self, name: str, format: EnumLike = "json") -> str:
         """The fabric written in `format` (`json`, `node_link_json`, `ibnetdiscover`, ...)."""

@@ -6,20 +6,29 @@
 | `json`           | yes    | yes    | `json_format.py`  (documented in docs/topology-formats.md) |
 | `node_link_json` | no     | yes    | `node_link.py`    (networkx node-link JSON) |
 | `ns3_hpcc`       | yes    | yes    | `ns3_hpcc.py`     (ns-3 HPCC `topology.txt`) |
+| `lldp`           | yes    | no     | `lldp.py`         (`lldpcli -f json show neighbors` per node) |
 
 Every importer returns a validated `Fabric` or raises `InvalidArgument` naming the line (or JSON path)
-and what was expected; nothing is half-imported. `opensm-lfts.dump` (forwarding tables, not topology)
+and what was expected; nothing is half-imported. Per-node formats (`lldp`) take `documents`, (name, text)
+pairs, or a tar `archive` of them instead of one text. `opensm-lfts.dump` (forwarding tables, not topology)
 lives with the routing engines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric
 
-__all__ = ["EXPORT_FORMATS", "FORMATS", "IMPORT_FORMATS", "export_fabric", "import_fabric"]
+__all__ = [
+    "DOCUMENT_FORMATS",
+    "EXPORT_FORMATS",
+    "FORMATS",
+    "IMPORT_FORMATS",
+    "export_fabric",
+    "import_fabric",
+]
 
 Importer = Callable[..., Fabric]
 Exporter = Callable[[Fabric], str]
@@ -48,18 +57,18 @@ def _exporters() -> dict[str, Exporter]:
     }
 
 
-FORMATS = ("ibnetdiscover", "json", "node_link_json", "ns3_hpcc")
-IMPORT_FORMATS = ("ibnetdiscover", "json", "ns3_hpcc")
-EXPORT_FORMATS = FORMATS
+FORMATS = ("ibnetdiscover", "json", "lldp", "node_link_json", "ns3_hpcc")
+IMPORT_FORMATS = ("ibnetdiscover", "json", "lldp", "ns3_hpcc")
+EXPORT_FORMATS = ("ibnetdiscover", "json", "node_link_json", "ns3_hpcc")
+DOCUMENT_FORMATS = ("lldp",)  # one document per node
 
 
 def _check_format(format: str, allowed: tuple[str, ...], verb: str) -> None:
     if format in allowed:
         return
     if format in FORMATS:
-        raise InvalidArgument(
-            "format", f"{format!r} can be exported but not imported; import one of {', '.join(allowed)}"
-        )
+        can = "imported but not exported" if verb == "export" else "exported but not imported"
+        raise InvalidArgument("format", f"{format!r} can be {can}; {verb} one of {', '.join(allowed)}")
     raise InvalidArgument("format", f"unknown topology format {format!r}; {verb} one of {', '.join(allowed)}")
 
 
@@ -70,8 +79,11 @@ def import_fabric(
     default_link_speed_gbps: float = 400.0,
     default_link_latency_ns: int = 500,
     take_slower_end_on_speed_mismatch: bool = False,
+    documents: Sequence[tuple[str, str]] | None = None,
+    archive: bytes = b"",
+    port_speeds_gbps: Mapping[str, float] | None = None,
 ) -> Fabric:
-    """Parse `text` in `format` into a validated Fabric.
+    """Parse `text` (or, for DOCUMENT_FORMATS, `documents` or `archive`) in `format` into a Fabric.
 
     Parameters: `format` is one of IMPORT_FORMATS; `default_link_speed_gbps` is used where the text
     gives no link speed (ibsim short form without a width/speed, JSON links without `speed_gbps`);
@@ -84,6 +96,15 @@ def import_fabric(
     (2, 1, 2)
     """
     _check_format(format, IMPORT_FORMATS, "import")
+    if format in DOCUMENT_FORMATS:
+        return _import_documents(format, text, documents, archive, port_speeds_gbps,
+                                 default_link_speed_gbps, default_link_latency_ns,
+                                 take_slower_end_on_speed_mismatch)  # fmt: skip
+    if documents or archive or port_speeds_gbps:
+        given = "documents" if documents else "archive" if archive else "port_speeds_gbps"
+        raise InvalidArgument(
+            given, f"applies to {', '.join(DOCUMENT_FORMATS)} only; give {format} as content"
+        )
     if not isinstance(text, str):
         raise InvalidArgument("text", f"must be text, got {type(text).__name__}")
     options = {}
@@ -96,6 +117,38 @@ def import_fabric(
         default_link_speed_gbps=default_link_speed_gbps,
         default_link_latency_ns=default_link_latency_ns,
         **options,
+    )
+
+
+def _import_documents(
+    format: str,
+    text: str,
+    documents: Sequence[tuple[str, str]] | None,
+    archive: bytes,
+    port_speeds_gbps: Mapping[str, float] | None,
+    default_link_speed_gbps: float,
+    default_link_latency_ns: int,
+    take_slower_end_on_speed_mismatch: bool,
+) -> Fabric:
+    from services.topology.formats import lldp
+
+    if take_slower_end_on_speed_mismatch:
+        raise InvalidArgument("take_slower_end_on_speed_mismatch", "applies to ibnetdiscover dumps only")
+    given = [
+        name for name, value in (("content", text), ("documents", documents), ("archive", archive)) if value
+    ]
+    if len(given) != 1:
+        raise InvalidArgument(
+            "documents", f"{format} takes one of documents or archive, got {' and '.join(given) or 'neither'}"
+        )
+    if text:
+        raise InvalidArgument("content", f"{format} is one document per node: give documents or archive")
+    pairs = list(documents) if documents else lldp.documents_from_archive(archive)
+    return lldp.import_lldp(
+        pairs,
+        default_link_speed_gbps=default_link_speed_gbps,
+        default_link_latency_ns=default_link_latency_ns,
+        port_speeds_gbps=port_speeds_gbps,
     )
 
 

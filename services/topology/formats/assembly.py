@@ -122,11 +122,14 @@ def assemble_fabric(
     state: np.ndarray | None = None,
     ber: np.ndarray | None = None,
     orient: bool = False,
+    port_names: tuple[list[str], list[str]] | None = None,
+    import_notes: list[str] | None = None,
 ) -> Fabric:
     """A validated Fabric from parsed arrays; missing optional arrays take the defaults above.
 
     `links` is (a, port_a, b, port_b). With `orient=True` (formats without a link direction) the
-    upper-tier end of every link is put on the a side.
+    upper-tier end of every link is put on the a side, and `port_names` (the interface names of the
+    a and b ends) move with their ends.
     """
     n = kind.shape[0]
     kind = kind.astype(np.int8)
@@ -135,6 +138,13 @@ def assemble_fabric(
     if tier is None:
         tier = infer_tiers(kind, a, b)
     if orient:
+        if port_names is not None:
+            swap = (tier[a] < tier[b]).tolist()
+            names_a, names_b = port_names
+            port_names = (
+                [nb if s else na for s, na, nb in zip(swap, names_a, names_b, strict=True)],
+                [na if s else nb for s, na, nb in zip(swap, names_a, names_b, strict=True)],
+            )
         a, port_a, b, port_b = orient_upper_tier_first(tier, a, port_a, b, port_b)
     fabric = Fabric(
         node_kind=kind,
@@ -157,6 +167,8 @@ def assemble_fabric(
         else state.astype(np.int8),
         link_ber=np.zeros(num_links, dtype=np.float64) if ber is None else ber.astype(np.float64),
         link_names=link_display_names(names, a, port_a, b, port_b),
+        link_port_names=port_names,
+        import_notes=list(import_notes or []),
     )
     fabric.validate()
     return fabric
