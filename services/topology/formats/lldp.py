@@ -42,17 +42,16 @@ Rules:
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import json
 import math
 import re
-import tarfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from fabrictwin.lldp import MAX_ARCHIVE_BYTES, LldpError, quote, read_cabling
+from fabrictwin.lldp import documents_from_archive as _read_archive
 
 from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric, NodeKind
@@ -60,297 +59,16 @@ from services.topology.formats.assembly import assemble_fabric, check_defaults
 
 __all__ = ["MAX_ARCHIVE_BYTES", "documents_from_archive", "import_lldp", "neighbour_documents"]
 
-MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
-_MAX_EXTRACTED_BYTES = 256 * 1024 * 1024
-_SWITCH_CAPABILITIES = frozenset({"router", "bridge"})
-_TRAILING_NUMBER = re.compile(r"(\d+)$")
-_QUOTE = 200
-
-
-def _quote(text: str) -> str:
-    text = str(text)
-    return repr(text if len(text) <= _QUOTE else text[:_QUOTE] + "...")
-
-
-@dataclass(frozen=True)
-class _Neighbour:
-    """One entry of a neighbour table: `node`'s interface `port` sees `peer`'s port `peer_port`."""
-
-    document: str
-    node: str
-    port: str
-    peer: str
-    peer_port: str
-
-
-@dataclass
-class _Description:
-    """What is known of a node: does anyone see it as a switch, and its IPv4 addresses."""
-
-    switch: bool = False
-    ipv4: int = 0
-
 
 def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple[str, str]]:
-    """The `NODE.json` members of a tar archive (plain or gzip/bz2/xz), as (name, text) pairs.
-
-    Directories and members not ending in `.json` are skipped; an archive holding no `.json` file,
-    one that is not tar at all, or one that unpacks past 256 MiB is refused.
-    """
-    if len(archive) > MAX_ARCHIVE_BYTES:
-        raise InvalidArgument(field, f"{len(archive)} bytes; at most {MAX_ARCHIVE_BYTES} are accepted")
-    documents: list[tuple[str, str]] = []
-    extracted = 0
+    """The `NODE.json` members of a tar archive (plain or compressed), as (name, text) pairs."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-            for member in tar:
-                if not member.isfile() or not member.name.endswith(".json"):
-                    continue
-                extracted += member.size
-                if extracted > _MAX_EXTRACTED_BYTES:
-                    raise InvalidArgument(field, f"unpacks to more than {_MAX_EXTRACTED_BYTES} bytes")
-                stream = tar.extractfile(member)
-                data = stream.read() if stream is not None else b""
-                try:
-                    documents.append((member.name, data.decode("utf-8")))
-                except UnicodeDecodeError as exc:
-                    raise InvalidArgument(
-                        f"{field}: {_quote(member.name)}", f"not UTF-8 text (byte {exc.start})"
-                    ) from None
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise InvalidArgument(field, f"not a readable tar archive: {exc}") from None
-    if not documents:
-        raise InvalidArgument(field, "holds no NODE.json file")
-    return documents
+        return _read_archive(archive, field)
+    except LldpError as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
 
 
-def _node_name_of(document_name: str) -> str:
-    """`dumps/leaf0.json` -> `leaf0`."""
-    base = document_name.replace("\\", "/").rsplit("/", 1)[-1]
-    return base[: -len(".json")] if base.endswith(".json") else base
-
-
-def _load(name: str, text: str) -> dict[str, Any]:
-    """The document's JSON values merged into one object (lldpcli may print two, one after the other)."""
-    decoder = json.JSONDecoder()
-    merged: dict[str, Any] = {}
-    position, values = 0, 0
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position >= len(text):
-            break
-        try:
-            value, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(
-                f"documents[{_quote(name)}]", f"line {exc.lineno}: not JSON: {exc.msg} (column {exc.colno})"
-            ) from None
-        except RecursionError:
-            raise InvalidArgument(f"documents[{_quote(name)}]", "JSON nested too deeply") from None
-        if not isinstance(value, dict):
-            raise InvalidArgument(
-                f"documents[{_quote(name)}]",
-                f"expected a JSON object as lldpcli prints, got {type(value).__name__}",
-            )
-        merged.update(value)
-        values += 1
-    if not values:
-        raise InvalidArgument(f"documents[{_quote(name)}]", "is empty")
-    return merged
-
-
-def _as_list(value: Any) -> list[Any]:
-    """lldpcli's one-or-many: a list stays, anything else becomes a one-element list, None none."""
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def _pairs(value: Any, where: str) -> list[tuple[str, Any]]:
-    """`{"a": x, "b": y}` or `[{"a": x}, {"b": y}]` -> [("a", x), ("b", y)] (repeated keys kept)."""
-    pairs: list[tuple[str, Any]] = []
-    for item in _as_list(value):
-        if not isinstance(item, dict):
-            raise InvalidArgument(where, f"expected objects keyed by name, got {type(item).__name__}")
-        pairs.extend(item.items())
-    return pairs
-
-
-def _chassis(value: Any, where: str) -> tuple[str, dict[str, Any]]:
-    """(system name, chassis fields) of a `chassis` object; the name is '' when none is advertised."""
-    if not isinstance(value, dict):
-        raise InvalidArgument(where, "chassis must be an object")
-    if "id" in value:  # no system name: the fields sit directly under `chassis`
-        return "", value
-    named = _pairs(value, where)
-    if len(named) != 1 or not isinstance(named[0][1], dict):
-        raise InvalidArgument(where, "expected one chassis, keyed by its system name")
-    return str(named[0][0]), named[0][1]
-
-
-def _capable_switch(fields: Mapping[str, Any]) -> bool:
-    for capability in _as_list(fields.get("capability")):
-        if (
-            isinstance(capability, dict)
-            and str(capability.get("type", "")).lower() in _SWITCH_CAPABILITIES
-            and capability.get("enabled") in (True, "on", "true", "yes")
-        ):
-            return True
-    return False
-
-
-def _first_ipv4(fields: Mapping[str, Any]) -> int:
-    for address in _as_list(fields.get("mgmt-ip")):
-        try:
-            parsed = ipaddress.ip_address(str(address))
-        except ValueError:
-            continue
-        if parsed.version == 4:
-            return int(parsed)
-    return 0
-
-
-def _port_name(port: Any, where: str) -> str:
-    """The neighbour's port: its ID when typed ifname, else its description, else the raw ID."""
-    if not isinstance(port, dict):
-        raise InvalidArgument(where, "port must be an object")
-    port_id = port.get("id")
-    id_type, id_value = "", ""
-    if isinstance(port_id, dict):
-        id_type, id_value = str(port_id.get("type", "")), str(port_id.get("value", ""))
-    elif port_id is not None:
-        id_value = str(port_id)
-    if id_type == "ifname" and id_value:
-        return id_value
-    description = port.get("descr")
-    if isinstance(description, str) and description:
-        return description
-    if id_value:
-        return id_value
-    raise InvalidArgument(where, "the neighbour's port has neither an ID nor a description")
-
-
-class _Parsed:
-    """Every document read: neighbour entries, node descriptions, which document names which node."""
-
-    def __init__(self) -> None:
-        self.entries: list[_Neighbour] = []
-        self.described: dict[str, _Description] = {}
-        self.document_of: dict[str, str] = {}
-
-    def describe(self, node: str, switch: bool, ipv4: int) -> None:
-        description = self.described.setdefault(node, _Description())
-        description.switch |= switch
-        if ipv4 and not description.ipv4:
-            description.ipv4 = ipv4
-
-    def read(self, document: str, text: str) -> None:
-        value = _load(document, text)
-        where = f"documents[{_quote(document)}]"
-        node = _node_name_of(document)
-        local = value.get("local-chassis")
-        if local is not None:
-            fields = local.get("chassis") if isinstance(local, dict) else None
-            if fields is None:
-                raise InvalidArgument(f"{where}.local-chassis", "has no chassis")
-            name, chassis = _chassis(fields, f"{where}.local-chassis.chassis")
-            node = name or node
-            self.describe(node, _capable_switch(chassis), _first_ipv4(chassis))
-        if not node:
-            raise InvalidArgument(where, "names no node (give the document a file name or `show chassis`)")
-        if node in self.document_of:
-            raise InvalidArgument(
-                where, f"describes node {_quote(node)}, as does document {_quote(self.document_of[node])}"
-            )
-        self.document_of[node] = document
-        self.described.setdefault(node, _Description())
-        if "lldp" not in value:
-            if local is None:
-                raise InvalidArgument(where, "has no `lldp` key: not `lldpcli -f json show neighbors` output")
-            return
-        lldp = value["lldp"]
-        for table in _as_list(lldp):  # lldpcli prints {} or [{}] for a node without neighbours
-            if not isinstance(table, dict):
-                raise InvalidArgument(f"{where}.lldp", "must be an object")
-            for port, entry in _pairs(table.get("interface"), f"{where}.lldp.interface"):
-                self._entry(document, node, str(port), entry, f"{where}.lldp.interface.{port}")
-
-    def _entry(self, document: str, node: str, port: str, entry: Any, where: str) -> None:
-        if not isinstance(entry, dict):
-            raise InvalidArgument(where, "must be an object")
-        if "chassis" not in entry or "port" not in entry:
-            raise InvalidArgument(where, "needs `chassis` and `port`")
-        peer, chassis = _chassis(entry["chassis"], f"{where}.chassis")
-        if not peer:
-            raise InvalidArgument(
-                f"{where}.chassis", "the neighbour advertises no system name (enable it in its lldpd)"
-            )
-        self.describe(peer, _capable_switch(chassis), _first_ipv4(chassis))
-        peer_port = _port_name(entry["port"], f"{where}.port")
-        self.entries.append(_Neighbour(document, node, port, peer, peer_port))
-
-
-def _pair_links(parsed: _Parsed) -> tuple[list[tuple[str, str, str, str]], list[str]]:
-    """Links (node, port, peer, peer port), each once, and notes about the one-sided ones."""
-    by_port: dict[tuple[str, str], _Neighbour] = {}
-    pointing_at: dict[tuple[str, str], list[_Neighbour]] = {}  # (node, peer) -> entries of node seeing peer
-    for entry in parsed.entries:
-        key = (entry.node, entry.port)
-        if key in by_port:
-            raise InvalidArgument(
-                f"documents[{_quote(entry.document)}]",
-                f"interface {entry.port} of {entry.node} lists two neighbours ({by_port[key].peer} and "
-                f"{entry.peer}): not a point-to-point link",
-            )
-        by_port[key] = entry
-        pointing_at.setdefault((entry.node, entry.peer), []).append(entry)
-    links: list[tuple[str, str, str, str]] = []
-    notes: list[str] = []
-    cabled: dict[tuple[str, str], _Neighbour] = {}  # port end -> the entry whose link took it
-    for entry in parsed.entries:
-        if (entry.node, entry.port) in cabled:
-            continue
-        where = f"documents[{_quote(entry.document)}]"
-        if entry.peer not in parsed.document_of:
-            raise InvalidArgument(
-                where,
-                f"{entry.node}:{entry.port} sees {_quote(entry.peer)}:{entry.peer_port}, which no document "
-                "describes (give one document per node, hosts included)",
-            )
-        other = by_port.get((entry.peer, entry.peer_port))
-        if other is not None and (other.peer, other.peer_port) != (entry.node, entry.port):
-            raise InvalidArgument(
-                where,
-                f"{entry.node}:{entry.port} says its neighbour is {entry.peer}:{entry.peer_port}, but "
-                f"document {_quote(other.document)} says {other.node}:{other.port} sees "
-                f"{other.peer}:{other.peer_port}",
-            )
-        if other is None:
-            # The peer may know the port by another name (its ID a MAC, say): its entry pointing back.
-            back = [
-                candidate
-                for candidate in pointing_at.get((entry.peer, entry.node), [])
-                if candidate.peer_port == entry.port and (candidate.node, candidate.port) not in cabled
-            ]
-            other = back[0] if len(back) == 1 else None
-        peer_end = (other.node, other.port) if other is not None else (entry.peer, entry.peer_port)
-        if peer_end in cabled:
-            taken = cabled[peer_end]
-            raise InvalidArgument(
-                where,
-                f"{entry.node}:{entry.port} sees {peer_end[0]}:{peer_end[1]}, which document "
-                f"{_quote(taken.document)} already cables to {taken.node}:{taken.port}",
-            )
-        links.append((entry.node, entry.port, *peer_end))
-        cabled[(entry.node, entry.port)] = entry
-        cabled[peer_end] = entry
-        if other is None:
-            notes.append(
-                f"one-sided link {entry.node}:{entry.port} <-> {entry.peer}:{entry.peer_port}: only "
-                f"document {_quote(entry.document)} lists it"
-            )
-    return links, notes
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
 
 
 def _natural_key(name: str) -> list[Any]:
@@ -370,7 +88,7 @@ def _port_numbers(names: Iterable[str]) -> dict[str, int]:
 def _speeds(port_speeds_gbps: Mapping[str, float]) -> dict[str, float]:
     speeds = {}
     for port, gbps in port_speeds_gbps.items():
-        field = f"port_speeds_gbps[{_quote(port)}]"
+        field = f"port_speeds_gbps[{quote(port)}]"
         if isinstance(gbps, bool) or not isinstance(gbps, int | float) or not math.isfinite(gbps):
             raise InvalidArgument(field, f"must be a positive number of Gb/s, got {gbps!r}")
         if not 0 < gbps <= 1.6e6:
@@ -401,13 +119,12 @@ def import_lldp(
     """
     default_rate_bps, latency_ns = check_defaults(default_link_speed_gbps, default_link_latency_ns)
     speeds = _speeds(port_speeds_gbps or {})
-    if not documents:
-        raise InvalidArgument("documents", "give one LLDP document per node")
-    parsed = _Parsed()
-    for name, text in documents:
-        parsed.read(str(name), text)
-    links, notes = _pair_links(parsed)
-    names = list(parsed.document_of)
+    try:
+        cabling = read_cabling(documents)
+    except LldpError as exc:
+        raise InvalidArgument(exc.field, exc.problem) from None
+    links, notes = cabling.cables, cabling.notes
+    names = cabling.nodes
     index = {name: i for i, name in enumerate(names)}
     ports_of: dict[str, list[str]] = {name: [] for name in names}
     for node, port, peer, peer_port in links:
@@ -415,10 +132,10 @@ def import_lldp(
         ports_of[peer].append(peer_port)
     numbers = {node: _port_numbers(ports) for node, ports in ports_of.items()}
     kind = np.array(
-        [NodeKind.SWITCH if parsed.described[name].switch else NodeKind.HOST for name in names], dtype=np.int8
+        [NodeKind.SWITCH if cabling.switch[name] else NodeKind.HOST for name in names], dtype=np.int8
     )
     ip = np.array(
-        [parsed.described[name].ipv4 if kind[i] == NodeKind.HOST else 0 for i, name in enumerate(names)],
+        [cabling.ipv4[name] if kind[i] == NodeKind.HOST else 0 for i, name in enumerate(names)],
         dtype=np.uint32,
     )
     radix = np.array([max(numbers[name].values(), default=1) for name in names], dtype=np.int32)
