@@ -71,6 +71,9 @@ METRIC_COLUMNS: dict[int, str] = {
     17: "retransmitted_packets",
     18: "queue_depth_bytes",
     19: "link_downed",
+    20: "carrier_changes",
+    21: "out_of_sequence",
+    22: "packet_seq_errors",
 }
 _METRIC_NUMBERS = {name: number for number, name in METRIC_COLUMNS.items()}
 

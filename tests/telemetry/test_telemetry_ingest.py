@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
+from services.telemetry.aggregates import Aggregation
 from services.telemetry.counters import CounterKind
 from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
 
@@ -187,3 +188,48 @@ def test_a_negative_amount_rejects_the_batch_naming_the_column(store: TelemetryS
 def test_a_port_named_like_a_group_is_refused(store: TelemetryStore, source_id: str):
     outcome = store.ingest(source_id, ["group:uplinks"], np.array([0]), np.array([0]), {"drops": np.ones(1)})
     assert outcome.reasons[0].field == "ports[0]"
+
+
+NEW_METRICS = (
+    "carrier_changes",
+    "out_of_sequence",
+    "packet_seq_errors",
+)  # Metric 20, 21, 22 (migration 0003)
+
+
+def test_carrier_and_roce_sequence_counters_are_stored_rolled_up_and_queried_back(
+    store: TelemetryStore, source_id: str
+):
+    # Cumulative 64-bit readings, as the Ethernet importers send them: one minute and a second at 1 s
+    # on two ports, so the sweep rolls up minute 0 and a 1-minute step reads the roll-ups.
+    S = 1_000_000_000
+    ports = ["gpu-0/eth0", "gpu-0/eth1"]
+    time_ns = np.tile(np.arange(61, dtype=np.int64) * S, 2)
+    port_index = np.repeat(np.arange(2), 61)
+    base = {name: np.uint64(10**12 * (i + 1)) for i, name in enumerate(NEW_METRICS)}  # large: 64-bit
+    columns = {
+        name: base[name]
+        + np.concatenate([np.arange(61) * (i + 1), np.arange(61) * 3 * (i + 1)]).astype(np.uint64)
+        for i, name in enumerate(NEW_METRICS)
+    }
+    kinds = dict.fromkeys(NEW_METRICS, CounterKind.CUMULATIVE_64)
+    outcome = store.ingest(source_id, ports, port_index, time_ns, columns, kinds)
+    assert (outcome.stored, outcome.rejected) == (122, 0)
+    for i, name in enumerate(NEW_METRICS):
+        series = {s.port: s for s in store.query_series(source_id, name, limit=10).series}
+        # The first reading of a port has no delta (NULL), the others are the per-second increments.
+        assert series["gpu-0/eth0"].values.tolist() == [float(i + 1)] * 60
+        assert series["gpu-0/eth1"].values.tolist() == [3.0 * (i + 1)] * 60
+        assert series["gpu-0/eth0"].time_ns.tolist() == list(range(S, 61 * S, S))
+    assert store.sweep(source_id).rolled_up_until_ns == 60 * S
+    for i, name in enumerate(NEW_METRICS):
+        page = store.query_series(
+            source_id,
+            name,
+            end_ns=60 * S,
+            step_ns=60 * S,
+            aggregation=Aggregation.SUM,
+            port_patterns=["*eth1"],
+        )
+        assert page.rollup_ns == 60 * S  # answered from the roll-up columns 0003 added
+        assert page.series[0].values.tolist() == [59 * 3.0 * (i + 1)]

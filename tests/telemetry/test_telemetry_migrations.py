@@ -26,6 +26,7 @@ TABLES = {
     "telemetry_counter_state",
     "telemetry_fabric_links",
 }
+NEW_METRICS = ("carrier_changes", "out_of_sequence", "packet_seq_errors")  # 0003
 
 
 @BOTH
@@ -134,5 +135,64 @@ def test_a_first_slice_database_is_upgraded_keeping_its_rows(empty_database_url:
             0
         ].values.tolist() == [600.0]
         assert store.get_source("old-pod").port_count == 2
+    finally:
+        store.close()
+
+
+@BOTH
+def test_a_0002_database_gains_the_new_metric_columns_on_existing_sources(empty_database_url: str):
+    # 0003 adds carrier_changes, out_of_sequence and packet_seq_errors (and their roll-up columns) to
+    # the parents; on PostgreSQL the partitions of sources made before the upgrade must have them too.
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(_config(connection), "0002")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO telemetry_sources (id, kind, display_name, fabric, simulation, "
+                    "retention_ns, create_time_ns, sample_count, newest_time_ns, metrics_mask, "
+                    "rolled_up_until_ns, retained_from_ns, fabric_version) "
+                    "VALUES ('pod-0002', 'live', '', '', '', 0, 1, 1, 10, 4, 0, 0, 0)"
+                )
+            )
+            key = connection.execute(sa.text("SELECT key FROM telemetry_sources")).scalar_one()
+            if connection.dialect.name == "postgresql":
+                for table in ("telemetry_samples", "telemetry_rollups"):
+                    connection.execute(
+                        sa.text(f"CREATE TABLE {table}_s{key} PARTITION OF {table} FOR VALUES IN ({key})")
+                    )
+            connection.execute(sa.text(f"INSERT INTO telemetry_ports (source_key, name) VALUES ({key}, 'a')"))
+            connection.execute(
+                sa.text(
+                    "INSERT INTO telemetry_samples (source_key, port_id, time_ns, rx_bytes) "
+                    f"VALUES ({key}, 1, 10, 5)"
+                )
+            )
+            assert current_revision(connection) == "0002"
+    finally:
+        engine.dispose()
+    store = TelemetryStore.open(empty_database_url)  # upgrades 0002 -> head
+    try:
+        with store.engine.connect() as connection:
+            assert current_revision(connection) == HEAD
+            inspector = sa.inspect(connection)
+            tables = ["telemetry_samples", "telemetry_rollups"]
+            if connection.dialect.name == "postgresql":
+                tables += [f"telemetry_samples_s{key}", f"telemetry_rollups_s{key}"]
+            for table in tables:
+                names = {c["name"] for c in inspector.get_columns(table)}
+                if "rollups" in table:
+                    expected = {f"{m}_{a}" for m in NEW_METRICS for a in ("count", "sum", "min", "max")}
+                else:
+                    expected = set(NEW_METRICS)
+                assert expected <= names, table
+        assert store.query_series("pod-0002", "rx_bytes").series[0].values.tolist() == [5.0]
+        outcome = store.ingest(
+            "pod-0002", ["a"], np.array([0]), np.array([20]), {m: np.array([1.0]) for m in NEW_METRICS}
+        )
+        assert outcome.stored == 1
+        for metric in NEW_METRICS:
+            series = store.query_series("pod-0002", metric).series[0]
+            assert (series.time_ns.tolist(), series.values.tolist()) == ([20], [1.0])
     finally:
         store.close()
