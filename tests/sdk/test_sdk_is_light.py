@@ -1,4 +1,4 @@
-"""The SDK is a separate distribution that needs grpcio and protobuf only."""
+"""The SDK is a separate distribution that needs grpcio, protobuf and prometheus-client only."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ PACKAGE = pathlib.Path(fabrictwin.__file__).parent
 ALLOWED_TOP_LEVEL = {"grpc", "google", "fabrictwin"}
 
 
-def test_the_distribution_declares_only_grpcio_and_protobuf() -> None:
+def test_the_distribution_declares_only_grpcio_protobuf_and_prometheus_client() -> None:
     project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
     names = {dep.split(">")[0].split("<")[0].split("=")[0].strip() for dep in project["dependencies"]}
-    assert names == {"grpcio", "protobuf"}
+    # prometheus-client: pure Python, no dependencies; the Prometheus importer parses scrapes with it.
+    assert names == {"grpcio", "protobuf", "prometheus-client"}
     assert project["scripts"]["fabrictwin"] == "fabrictwin.cli:main"
 
 

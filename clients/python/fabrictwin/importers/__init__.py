@@ -1,14 +1,16 @@
 """Importers of port counters from real sources, as columns ready for `TelemetryApi.ingest_columns`.
 
 Each format has its own module: `perfquery` (infiniband-diags text, PortCounters and the extended
-`-x` form), `prometheus` (node_exporter's InfiniBand collector) and `csv_samples` (a CSV with a
-documented header). They parse text only; they send counters as the equipment reports them, with
-the counter kind that says how to read them (`ib_data_32`, `cumulative_64`, ...), and the telemetry
-service turns those into per-interval amounts (wraps, resets, 4-octet units). Standard library
-only: the SDK never needs numpy.
+`-x` form), `prometheus` (the Prometheus text exposition of node_exporter's InfiniBand, netdev and
+ethtool collectors and of snmp_exporter's if_mib module) and `csv_samples` (a CSV with a documented
+header). They parse text only; they send counters as the equipment reports them, with the counter
+kind that says how to read them (`ib_data_32`, `cumulative_64`, ...), and the telemetry service
+turns those into per-interval amounts (wraps, resets, 4-octet units). The standard library, and
+prometheus_client's parser for the exposition format: the SDK never needs numpy.
 
 A parser returns `PortReading`s; `columns_of` groups them into `SampleColumns` (one per set of
-metrics and kinds, so that every column has a value in every row).
+metrics and kinds, so that every column has a value in every row). Readings may also carry a port's
+link rate and operational state: `port_rates` and `port_states` collect them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from collections.abc import Iterable, Mapping
 
 from fabrictwin.errors import InvalidArgumentError
 
-__all__ = ["FORMATS", "FormatError", "PortReading", "SampleColumns", "columns_of"]
+__all__ = [
+    "FORMATS",
+    "FormatError",
+    "PortReading",
+    "SampleColumns",
+    "columns_of",
+    "port_rates",
+    "port_states",
+]
 
 FORMATS = ("perfquery", "prometheus", "csv")
 
@@ -31,12 +41,16 @@ class FormatError(InvalidArgumentError):
 
 @dataclasses.dataclass(frozen=True)
 class PortReading:
-    """The counters of one port at one time: metric name -> (value, counter kind name)."""
+    """The counters of one port at one time: metric name -> (value, counter kind name).
+
+    `values` may be empty for a port that reported only its state (it stays out of `columns_of`).
+    """
 
     port: str
     time_ns: int
     values: Mapping[str, tuple[Number, str]]
     rate_bps: float = 0.0  # the port's link rate when the source reports it (0: unknown)
+    oper_up: bool | None = None  # operational state when reported: True up, False down, None not reported
 
 
 @dataclasses.dataclass
@@ -86,3 +100,29 @@ def columns_of(readings: Iterable[PortReading]) -> list[SampleColumns]:
             chunk.port_rates = [rates.get(port, 0.0) for port in chunk.ports]
         chunks.append(chunk)
     return chunks
+
+
+def port_states(readings: Iterable[PortReading]) -> dict[str, bool]:
+    """Each port's operational state as last reported (True up, False down); ports without one are left out.
+
+    >>> port_states([PortReading("a", 2, {}, oper_up=False), PortReading("a", 1, {}, oper_up=True),
+    ...              PortReading("b", 1, {})])
+    {'a': False}
+    """
+    latest: dict[str, tuple[int, bool]] = {}
+    for reading in readings:
+        if reading.oper_up is None:
+            continue
+        held = latest.get(reading.port)
+        if held is None or reading.time_ns >= held[0]:  # a later reading, or the later line at one time
+            latest[reading.port] = (reading.time_ns, reading.oper_up)
+    return {port: up for port, (_, up) in latest.items()}
+
+
+def port_rates(readings: Iterable[PortReading]) -> dict[str, float]:
+    """Each port's link rate in bits/s as reported (the last one wins); ports without one are left out.
+
+    >>> port_rates([PortReading("a", 1, {}, rate_bps=4e11), PortReading("b", 1, {})])
+    {'a': 400000000000.0}
+    """
+    return {reading.port: reading.rate_bps for reading in readings if reading.rate_bps}
