@@ -12,7 +12,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from fabrictwin import __version__, cli_example, cli_fabric, cli_scenario, cli_simulation, cli_telemetry
+from fabrictwin import (
+    __version__,
+    cli_example,
+    cli_fabric,
+    cli_mirror,
+    cli_scenario,
+    cli_simulation,
+    cli_telemetry,
+)
 from fabrictwin.cli_common import InputError, leaf, print_json, warn
 from fabrictwin.client import SERVICE_NAMES, Addresses, Client
 from fabrictwin.errors import FabricTwinError, InvalidArgumentError
@@ -121,6 +129,7 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     cli_fabric.register(root)
     cli_simulation.register(root)
     cli_telemetry.register(root)
+    cli_mirror.register(root)
     cli_scenario.register(root)
     cli_example.register(root)
     return parser

@@ -1,0 +1,424 @@
+"""Keep the twin in sync with a live fabric: counters every interval, link states, and the cabling.
+
+`FabricMirror(client, config)` runs what `fabrictwin mirror --config mirror.toml` runs:
+
+1. `start()`: the fabric exists (else it is imported from the LLDP tables, with the port speeds
+   the first scrape reports) and so does the LIVE telemetry source bound to it.
+2. `poll()`, every `interval_s`: every target is scraped at once (`fabrictwin.scrape`); each
+   scrape is parsed (`fabrictwin.importers.prometheus`), its interfaces named as the fabric's
+   ports (`leaf0`'s `swp3` is `leaf0/p3` when the fabric's link says so); the poll's readings go
+   in as one IngestSamples call; a port whose operational state went down (or up again) sets its
+   link DOWN (UP) with SetLinkState, so WatchFabric subscribers and later simulations see it.
+3. `refresh_cabling()`, every `lldp.interval_s`: the LLDP tables are read again. A known link
+   whose neighbour vanished is set DOWN (and UP when it is heard again). Links that appear, or
+   ports cabled to someone else, are a new cabling: it is imported as a new fabric version
+   `FABRIC-vN` (labels `fabrictwin.io/mirror-of`, `fabrictwin.io/cabling-version`) with its own
+   source `SOURCE-vN`, and the mirror goes on with those. The old fabric and source stay as they
+   were, so runs and samples keep pointing at the cabling they had.
+
+Each step returns a report (what was scraped, stored, changed, and what failed) for the caller to
+print; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
+from fabrictwin.importers import FormatError, PortReading, columns_of, port_states, prometheus
+from fabrictwin.lldp import LldpError, cable_name, collect_documents, read_cabling, read_documents
+from fabrictwin.mirror_config import MirrorConfig, TargetConfig
+from fabrictwin.names import resource_name
+from fabrictwin.scrape import Scraper, ScrapeResult
+from fabrictwin.telemetry import column_batches
+from fabrictwin.v1 import topology_pb2
+
+__all__ = ["CablingReport", "FabricMirror", "LinkChange", "PollReport"]
+
+MIRROR_OF = "fabrictwin.io/mirror-of"
+CABLING_VERSION = "fabrictwin.io/cabling-version"
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkChange:
+    """A link state the mirror set, and why."""
+
+    link: str
+    state: str  # UP or DOWN
+    reason: str
+
+
+@dataclasses.dataclass
+class PollReport:
+    """One poll of every target."""
+
+    poll: int
+    time_ns: int
+    fabric: str
+    targets: int
+    scraped: int = 0
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> why
+    skipped: list[str] = dataclasses.field(default_factory=list)  # nodes backing off
+    ports: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    link_changes: list[LinkChange] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class CablingReport:
+    """One reading of the LLDP tables."""
+
+    time_ns: int
+    fabric: str
+    source: str
+    changed: bool = False
+    added: list[str] = dataclasses.field(default_factory=list)  # `a:if <-> b:if`
+    removed: list[str] = dataclasses.field(default_factory=list)
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> why its table is missing
+    error: str = ""
+    link_changes: list[LinkChange] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+class _FabricPorts:
+    """The fabric's links as the mirror needs them: interface -> twin port, port -> link."""
+
+    def __init__(self, links: Iterable[topology_pb2.Link]) -> None:
+        self.twin_port: dict[tuple[str, str], str] = {}  # (node, ifname) -> `node/pN`
+        self.link_of: dict[str, int] = {}  # `node/pN` -> link index
+        self.names: dict[int, str] = {}
+        self.state: dict[int, int] = {}
+        self.cables: dict[str, int] = {}  # `a:if <-> b:if` -> link index
+        for link in links:
+            a, b = _short(link.node_a), _short(link.node_b)
+            ends = ((a, link.port_a, link.port_name_a), (b, link.port_b, link.port_name_b))
+            for node, port, ifname in ends:
+                twin = f"{node}/p{port}"
+                self.link_of[twin] = link.index
+                if ifname:
+                    self.twin_port[(node, ifname)] = twin
+            self.names[link.index] = link.display_name
+            self.state[link.index] = link.state
+            if link.port_name_a and link.port_name_b:
+                self.cables[cable_name(a, link.port_name_a, b, link.port_name_b)] = link.index
+
+    def interfaces_of(self, node: str) -> dict[str, str]:
+        return {ifname: twin for (owner, ifname), twin in self.twin_port.items() if owner == node}
+
+
+class FabricMirror:
+    """A live fabric mirrored into the twin (module docstring)."""
+
+    def __init__(self, client, config: MirrorConfig) -> None:  # type: ignore[no-untyped-def]
+        self.client = client
+        self.config = config
+        self.fabric = config.fabric
+        self.source = config.source
+        self.polls = 0
+        self._scraper = Scraper(config.target_timeout_s, config.max_workers)
+        self._ports: _FabricPorts | None = None
+        self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
+
+    # -- the fabric and the source --------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Make sure the fabric (the newest cabling version) and the source exist; what was done."""
+        done: list[str] = []
+        self.fabric = self._newest_version(self.config.fabric)
+        try:
+            self.client.fabrics.get(self.fabric)
+        except NotFoundError:
+            if self.config.lldp is None:
+                raise InvalidArgumentError(
+                    f"fabric: fabrics/{self.fabric} does not exist, and no [lldp] table says how to find it"
+                ) from None
+            fabric = self._import_cabling(self.fabric, {})
+            done.append(f"imported fabrics/{self.fabric} from LLDP: {fabric.switch_count} switches, "
+                        f"{fabric.host_count} hosts, {fabric.link_count} links")  # fmt: skip
+            done += [f"note: {note}" for note in fabric.import_notes]
+        else:
+            done.append(f"mirroring fabrics/{self.fabric}")
+        self.source = self._source_for(self.fabric)
+        if self._ensure_source(self.source, self.fabric):
+            done.append(f"created source sources/{self.source}")
+        self._load_ports()
+        return done
+
+    def _newest_version(self, base: str) -> str:
+        newest, version = base, 1
+        for fabric in self.client.fabrics.list():
+            labels = fabric.labels
+            number = labels.get(CABLING_VERSION, "")
+            if labels.get(MIRROR_OF) == base and number.isdigit() and int(number) > version:
+                newest, version = _short(fabric.name), int(number)
+        return newest
+
+    def _version_of(self, fabric: str) -> int:
+        labels = self.client.fabrics.get(fabric).labels
+        return int(labels.get(CABLING_VERSION, "1") or 1)
+
+    def _source_for(self, fabric: str) -> str:
+        if fabric == self.config.fabric:
+            return self.config.source
+        return f"{self.config.source}-v{self._version_of(fabric)}"
+
+    def _ensure_source(self, source: str, fabric: str) -> bool:
+        try:
+            existing = self.client.telemetry.get_source(source)
+        except NotFoundError:
+            try:
+                self.client.telemetry.create_source(source, kind="live", fabric=fabric)
+            except AlreadyExistsError:
+                return False
+            return True
+        if existing.fabric and _short(existing.fabric) != fabric:
+            raise InvalidArgumentError(
+                f"source: sources/{source} belongs to {existing.fabric}, not fabrics/{fabric}"
+            )
+        return False
+
+    def _load_ports(self) -> None:
+        self._ports = _FabricPorts(self.client.fabrics.links(self.fabric))
+        self._set_by_mirror = {}
+
+    # -- LLDP -----------------------------------------------------------------------------------
+
+    def _lldp_documents(self) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        lldp = self.config.lldp
+        assert lldp is not None
+        if lldp.directory:
+            documents = read_documents(lldp.directory)
+            if isinstance(documents, bytes):
+                raise InvalidArgumentError(f"lldp.directory: {lldp.directory} is not a directory")
+            return documents, {}
+        commands = {node: lldp.command.replace("{node}", node) for node in lldp.nodes}
+        return collect_documents(commands, timeout_s=lldp.timeout_s)
+
+    def _speeds(self) -> dict[str, float]:
+        """`node/ifname` -> Gb/s, from one scrape of every target (or the targets' speed_gbps)."""
+        speeds: dict[str, float] = {}
+        for result in self._scraper.scrape(self.config.targets):
+            target = result.target
+            if result.error:
+                continue
+            try:
+                readings = prometheus.parse(
+                    result.text, result.time_ns, where=target.node, node=target.node,
+                    device_port_name="{node}/{device}",
+                )  # fmt: skip
+            except FormatError:
+                continue
+            for reading in readings:
+                gbps = target.speed_gbps or reading.rate_bps / 1e9
+                if gbps > 0:
+                    speeds[reading.port] = gbps
+        return speeds
+
+    def _import_cabling(
+        self, fabric_id: str, labels: dict[str, str], documents: list[tuple[str, str]] | None = None
+    ) -> topology_pb2.Fabric:
+        lldp = self.config.lldp
+        assert lldp is not None
+        if documents is None:
+            documents, failed = self._lldp_documents()
+            if failed:
+                node, why = next(iter(failed.items()))
+                raise InvalidArgumentError(f"lldp: no neighbour table from {node}: {why}")
+        fabric = self.client.fabrics.import_lldp(
+            documents,
+            fabric_id=fabric_id,
+            routing_engine=lldp.routing,
+            default_link_speed_gbps=lldp.default_speed_gbps,
+            default_link_latency_ns=lldp.default_latency_ns,
+            port_speeds_gbps=self._speeds(),
+        )
+        if labels:
+            fabric = self.client.fabrics.update(fabric_id, labels=labels)
+        return fabric
+
+    def refresh_cabling(self) -> CablingReport:
+        """Read the LLDP tables again: vanished neighbours -> DOWN, new cabling -> a new version."""
+        report = CablingReport(time.time_ns(), self.fabric, self.source)
+        if self.config.lldp is None:
+            return report
+        assert self._ports is not None
+        try:
+            documents, report.failed = self._lldp_documents()
+        except FabricTwinError as exc:
+            report.error = str(exc)
+            return report
+        heard_from = {_short(name).removesuffix(".json") for name, _ in documents}
+        seen = self._parse_cabling(documents)
+        if isinstance(seen, str):
+            report.error = seen
+            return report
+        known = set(self._ports.cables)
+        # Only cables between nodes whose tables were read can be judged.
+        judged = {
+            cable for cable in known if all(end.split(":")[0] in heard_from for end in cable.split(" <-> "))
+        }
+        report.removed = sorted(judged - seen)
+        report.added = sorted(seen - known)
+        if report.added:  # a cable that moved shows as one removed and one added
+            report.changed = True
+            try:
+                self._new_version(documents, report)
+            except FabricTwinError as exc:
+                report.error = f"cannot store the new cabling: {exc}"
+            return report
+        for cable in report.removed:
+            report.link_changes += self._set_state(
+                self._ports.cables[cable], "DOWN", "LLDP neighbour vanished"
+            )
+        for cable in judged & seen:
+            link = self._ports.cables[cable]
+            if self._set_by_mirror.get(link) == "LLDP neighbour vanished":
+                report.link_changes += self._set_state(link, "UP", "LLDP neighbour heard again")
+        return report
+
+    def _parse_cabling(self, documents: list[tuple[str, str]]) -> set[str] | str:
+        """The cables the tables describe (`a:if <-> b:if`), or why they cannot be read."""
+        try:
+            return read_cabling(documents).cable_names()
+        except LldpError as exc:
+            return f"cannot read the LLDP tables: {exc.details}"
+
+    def _new_version(self, documents: list[tuple[str, str]], report: CablingReport) -> None:
+        base = self.config.fabric
+        version = self._version_of(self.fabric) + 1
+        fabric_id = f"{base}-v{version}"
+        fabric = self._import_cabling(
+            fabric_id, {MIRROR_OF: base, CABLING_VERSION: str(version)}, documents=documents
+        )
+        report.notes += list(fabric.import_notes)
+        self.fabric = fabric_id
+        self.source = f"{self.config.source}-v{version}"
+        self._ensure_source(self.source, self.fabric)
+        self._load_ports()
+        report.fabric, report.source = self.fabric, self.source
+
+    # -- counters and link states ---------------------------------------------------------------
+
+    def _readings(self, result: ScrapeResult) -> list[PortReading]:
+        target: TargetConfig = result.target
+        assert self._ports is not None
+        names = None if target.port_name else self._ports.interfaces_of(target.node)
+        readings = prometheus.parse(
+            result.text,
+            result.time_ns,
+            where=f"{target.node} ({target.where[:200]})",
+            node=target.node,
+            device_port_name=target.port_name,
+            port_names=names,
+        )
+        if target.speed_gbps:
+            readings = [dataclasses.replace(r, rate_bps=target.speed_gbps * 1e9) for r in readings]
+        return readings
+
+    def poll(self) -> PollReport:
+        """Scrape every target, ingest what they report, and follow their ports' states."""
+        started = time.monotonic()
+        self.polls += 1
+        report = PollReport(self.polls, time.time_ns(), self.fabric, len(self.config.targets))
+        readings: list[PortReading] = []
+        for result in self._scraper.scrape(self.config.targets):
+            node = result.target.node
+            if result.skipped:
+                report.skipped.append(node)
+                continue
+            if result.error:
+                report.failed[node] = result.error
+                continue
+            try:
+                readings += self._readings(result)
+            except InvalidArgumentError as exc:  # FormatError names the line; a bad port_name template too
+                report.failed[node] = f"cannot parse: {exc.details}"
+                self._scraper.failed(result.target)
+                continue
+            report.scraped += 1
+        report.ports = len({reading.port for reading in readings})
+        chunks = columns_of(readings)
+        if chunks:
+            name = resource_name("sources", self.source)
+            reply = self.client.telemetry.ingest(
+                batch for chunk in chunks for batch in column_batches(name, chunk)
+            )
+            report.stored, report.duplicates, report.rejected = reply.stored, reply.duplicates, reply.rejected
+            report.reasons = [reason.reason for reason in reply.reasons]
+        report.link_changes = self._follow_states(port_states(readings))
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _follow_states(self, states: dict[str, bool]) -> list[LinkChange]:
+        assert self._ports is not None
+        down: dict[int, str] = {}
+        up: set[int] = set()
+        for port, is_up in states.items():
+            link = self._ports.link_of.get(port)
+            if link is None:
+                continue
+            if is_up:
+                up.add(link)
+            else:
+                down.setdefault(link, f"{port} operationally down")
+        changes: list[LinkChange] = []
+        for link, why in sorted(down.items()):
+            changes += self._set_state(link, "DOWN", why)
+        for link in sorted(up - set(down)):
+            if self._set_by_mirror.get(link, "").endswith("operationally down"):
+                changes += self._set_state(link, "UP", "operationally up again")
+        return changes
+
+    def _set_state(self, link: int, state: str, why: str) -> list[LinkChange]:
+        assert self._ports is not None
+        value = topology_pb2.LinkState.Value(f"LINK_STATE_{state}")
+        if self._ports.state.get(link) == value:
+            return []
+        self.client.fabrics.set_link_state(self.fabric, link, state.lower())
+        self._ports.state[link] = value
+        if state == "DOWN":
+            self._set_by_mirror[link] = why
+        else:
+            self._set_by_mirror.pop(link, None)
+        return [LinkChange(self._ports.names[link], state, why)]
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        stop: threading.Event,
+        on_report: Callable[[PollReport | CablingReport], None],
+        *,
+        polls: int | None = None,
+    ) -> None:
+        """Poll every interval (and re-read LLDP on its interval) until `stop` is set or `polls` done."""
+        next_poll = time.monotonic()
+        lldp = self.config.lldp
+        next_lldp = time.monotonic() + lldp.interval_s if lldp is not None else float("inf")
+        done = 0
+        while not stop.is_set() and (polls is None or done < polls):
+            now = time.monotonic()
+            if now >= next_lldp:
+                on_report(self.refresh_cabling())
+                next_lldp = time.monotonic() + lldp.interval_s  # type: ignore[union-attr]
+            if now >= next_poll:
+                on_report(self.poll())
+                done += 1
+                next_poll += self.config.interval_s
+                while next_poll < time.monotonic():  # a slow poll skips ticks rather than piling up
+                    next_poll += self.config.interval_s
+            stop.wait(max(0.0, min(next_poll, next_lldp) - time.monotonic()))
+
+    def close(self) -> None:
+        self._scraper.close()

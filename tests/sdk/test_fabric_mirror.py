@@ -1,0 +1,272 @@
+"""The fabric mirror (`fabrictwin mirror --config`) against real topology and telemetry services, with
+node_exporters served over HTTP on localhost and LLDP tables in a directory.
+
+The lab test (tests/lab) runs the same mirror against a real Linux fabric; these tests cover what a
+lab cannot stage quickly: a hanging target, a malformed scrape, a recabling.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from fabrictwin import Client
+from fabrictwin.fabric_mirror import FabricMirror
+from fabrictwin.mirror_config import parse_mirror_config
+
+from services.telemetry.__main__ import build as build_telemetry
+from services.topology.__main__ import build as build_topology
+from services.topology.formats.lldp import neighbour_documents
+from services.topology.generators import leaf_spine
+
+from .conftest import BackgroundServer, config
+
+GBPS = 10  # the exporters' node_network_speed_bytes
+
+
+@pytest.fixture
+def services(tmp_path):
+    data = str(tmp_path / "data")
+    with BackgroundServer(build_topology, config("topology", data)) as topology:
+        telemetry_config = config(
+            "telemetry", data, topology_address=topology.address, extra={"maintenance_interval_seconds": 0}
+        )
+        with BackgroundServer(build_telemetry, telemetry_config) as telemetry:
+            yield {"topology": topology.address, "telemetry": telemetry.address}
+
+
+@pytest.fixture
+def client(services):
+    with Client(topology=services["topology"], telemetry=services["telemetry"]) as client:
+        yield client
+
+
+class Exporters:
+    """node_exporter stand-ins at /NODE/metrics: netdev counters per device, set by the test."""
+
+    def __init__(self) -> None:
+        self.devices: dict[str, dict[str, dict[str, float]]] = {}
+        self.broken: dict[str, str] = {}  # node -> body to serve instead
+        self.hang: set[str] = set()
+        self.url = ""
+
+    def text(self, node: str) -> str:
+        lines = ["# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
+                 "# TYPE node_network_transmit_bytes_total counter"]  # fmt: skip
+        for device, values in sorted(self.devices.get(node, {}).items()):
+            label = f'device="{device}"'
+            lines.append(f"node_network_transmit_bytes_total{{{label}}} {values['tx']:.0f}")
+            lines.append(f"node_network_receive_bytes_total{{{label}}} {values['rx']:.0f}")
+            lines.append(f"node_network_speed_bytes{{{label}}} {GBPS * 1e9 / 8:.0f}")
+            state = "up" if values.get("up", 1) else "down"
+            lines.append(f'node_network_info{{address="",broadcast="",{label},operstate="{state}"}} 1')
+        lines.append('node_network_transmit_bytes_total{device="lo"} 12345')
+        return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def exporters():
+    state = Exporters()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            node = self.path.strip("/").split("/")[0]
+            if node in state.hang:
+                time.sleep(3)
+            body = state.broken.get(node) or state.text(node)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    server.shutdown()
+    thread.join()
+
+
+def write_lldp(directory: pathlib.Path, fabric) -> None:
+    directory.mkdir(exist_ok=True)
+    for old in directory.glob("*.json"):
+        old.unlink()
+    for name, text in neighbour_documents(fabric):
+        (directory / name).write_text(text)
+
+
+LEAVES = ("leaf-0", "leaf-1")
+
+
+def mirror_config(exporters: Exporters, lldp_dir: pathlib.Path, **top: object) -> str:
+    extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in top.items())
+    return f"""
+fabric = "ls"
+source = "ls-live"
+interval_s = 0.5
+timeout_s = 1
+{extra}
+[lldp]
+directory = "{lldp_dir}"
+interval_s = 3600
+
+[[targets]]
+nodes = ["spine-0", "spine-1", "leaf-0", "leaf-1"]
+url = "{exporters.url}/{{node}}/metrics"
+"""
+
+
+def start_counters(exporters: Exporters) -> None:
+    for leaf in LEAVES:
+        exporters.devices[leaf] = {f"swp{p}": {"tx": 0, "rx": 0} for p in (1, 2, 3, 4)}
+    for spine in ("spine-0", "spine-1"):
+        exporters.devices[spine] = {f"swp{p}": {"tx": 0, "rx": 0} for p in (1, 2)}
+
+
+def test_the_mirror_imports_the_cabling_ingests_every_poll_and_follows_link_states(
+    client, exporters, tmp_path
+):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
+    try:
+        done = mirror.start()
+        assert done[0] == "imported fabrics/ls from LLDP: 4 switches, 4 hosts, 8 links"
+        links = {link.display_name: link for link in client.fabrics.links("ls")}
+        # Speeds from node_network_speed_bytes where an exporter reports the port; hosts report none.
+        assert links["spine-0/p1<->leaf-0/p3"].speed_gbps == GBPS
+        assert links["leaf-0/p1<->host-0/p1"].speed_gbps == GBPS  # the leaf end is reported
+        first = mirror.poll()
+        assert (first.scraped, first.failed, first.ports) == (4, {}, 12)  # `lo` is no fabric port
+        exporters.devices["leaf-0"]["swp3"]["tx"] += 5_000_000
+        second = mirror.poll()
+        assert second.stored == first.stored == 12 and second.link_changes == []
+        series = list(client.telemetry.query_series("ls-live", "tx_bytes", ports=["leaf-0/p3"]))
+        assert sum(value for s in series for value in s.values if value == value) == 5_000_000
+
+        exporters.devices["leaf-0"]["swp4"]["up"] = 0
+        down = mirror.poll()
+        assert [(c.link, c.state) for c in down.link_changes] == [("spine-1/p1<->leaf-0/p4", "DOWN")]
+        assert client.fabrics.link("ls", "spine-1/p1<->leaf-0/p4").state == 2  # LINK_STATE_DOWN
+        assert mirror.poll().link_changes == []  # said once
+        exporters.devices["leaf-0"]["swp4"]["up"] = 1
+        up = mirror.poll()
+        assert [(c.link, c.state) for c in up.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
+    finally:
+        mirror.close()
+
+
+def test_a_hanging_or_malformed_target_is_reported_and_backed_off_while_the_others_are_stored(
+    client, exporters, tmp_path
+):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
+    try:
+        mirror.start()
+        exporters.hang.add("spine-0")
+        exporters.broken["spine-1"] = 'node_network_transmit_bytes_total{device="swp1" 12\n'
+        started = time.monotonic()
+        report = mirror.poll()
+        assert time.monotonic() - started < 2.5  # one timeout (1 s), not one per target in turn
+        assert report.failed["spine-0"] == "timed out after 1 s"
+        assert report.failed["spine-1"].startswith("cannot parse: spine-1")
+        assert ":1:" in report.failed["spine-1"]  # names the line
+        assert report.scraped == 2 and report.stored == 8  # both leaves, four ports each
+        again = mirror.poll()
+        assert sorted(again.skipped) == ["spine-0", "spine-1"]  # backing off one interval
+        assert again.scraped == 2
+    finally:
+        mirror.close()
+
+
+def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, exporters, tmp_path):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    config_text = mirror_config(exporters, tmp_path / "lldp")
+    mirror = FabricMirror(client, parse_mirror_config(config_text))
+    try:
+        mirror.start()
+        assert mirror.refresh_cabling().changed is False
+        # A second cable per leaf-spine pair: the leaves' uplinks move to swp3-swp6.
+        write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2, parallel_links=2))
+        report = mirror.refresh_cabling()
+        assert report.changed and len(report.added) == 7 and len(report.removed) == 3
+        assert "leaf-0:swp4 <-> spine-1:swp1" in report.removed
+        assert "leaf-0:swp4 <-> spine-0:swp2" in report.added
+        assert (report.fabric, report.source) == ("ls-v2", "ls-live-v2")
+        assert client.fabrics.get("ls").link_count == 8  # the old version stays as it was
+        assert client.fabrics.get("ls-v2").link_count == 12
+        assert client.telemetry.get_source("ls-live-v2").fabric == "fabrics/ls-v2"
+        assert mirror.poll().fabric == "ls-v2"
+    finally:
+        mirror.close()
+    # A restarted mirror goes on with the newest version.
+    again = FabricMirror(client, parse_mirror_config(config_text))
+    try:
+        assert again.start() == ["mirroring fabrics/ls-v2"]
+        assert again.source == "ls-live-v2"
+    finally:
+        again.close()
+
+
+def test_the_cli_mirrors_until_sigterm_printing_json_lines(services, exporters, tmp_path):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    path = tmp_path / "mirror.toml"
+    path.write_text(mirror_config(exporters, tmp_path / "lldp"))
+    command = [sys.executable, "-m", "fabrictwin.cli", f"--topology={services['topology']}",
+               f"--telemetry={services['telemetry']}", "mirror", "--config", str(path), "--json"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(1 for x in lines if x["kind"] == "poll") < 3:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(json.loads(line))
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert lines[0] == {
+        "kind": "start",
+        "message": "imported fabrics/ls from LLDP: 4 switches, 4 hosts, 8 links",
+    }
+    polls = [line for line in lines if line["kind"] == "poll"]
+    assert [p["poll"] for p in polls[:3]] == [1, 2, 3] and all(p["stored"] == 12 for p in polls)
+    assert "mirror: SIGTERM, stopping after this step" in err and "Traceback" not in err
+
+
+def test_mirror_config_mistakes_name_the_key(tmp_path):
+    from fabrictwin.errors import InvalidArgumentError
+
+    base = 'fabric = "f"\nsource = "s"\n'
+    cases = {
+        base + 'intervall_s = 1\n[[targets]]\nnode = "a"\nurl = "http://a"\n': "intervall_s: unknown key",
+        base + '[[targets]]\nnode = "a"\n': "targets[0]: give a url or a command",
+        base + '[[targets]]\nnodes = ["a", "b"]\nurl = "http://x/metrics"\n': "use {node} in it",
+        base + '[[targets]]\nnode = "a"\nurl = "ftp://a"\n': "targets[0].url: must start with http",
+        base + "interval_s = -1\n[lldp]\ndirectory = '/x'\n": "interval_s: must be > 0",
+        base + '[lldp]\ncommand = "ssh x"\nnodes = ["a"]\n': "lldp.command: must contain {node}",
+        'fabric = "f"\n[lldp]\ndirectory = "/x"\n': "source: name the telemetry source",
+        "fabric = \n": "not TOML",
+    }
+    for text, expected in cases.items():
+        with pytest.raises(InvalidArgumentError) as caught:
+            parse_mirror_config(text)
+        assert expected in str(caught.value), text
