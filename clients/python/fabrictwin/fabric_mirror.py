@@ -22,7 +22,9 @@ print; nothing here prints.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -69,6 +71,9 @@ class PollReport:
     reasons: list[str] = dataclasses.field(default_factory=list)
     link_changes: list[LinkChange] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    scrape_seconds: float = 0.0  # every target fetched (they run at once)
+    parse_seconds: float = 0.0
+    ingest_seconds: float = 0.0  # the IngestSamples call, until the service said what it stored
 
 
 @dataclasses.dataclass
@@ -91,11 +96,35 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+_PARALLEL_FROM = 64  # scrapes per poll from which parsing is spread over worker processes
+
+
+def _parse_scrape(
+    item: tuple[str, int, TargetConfig, dict[str, str] | None],
+) -> list[PortReading] | str:
+    """One scrape's readings, or the parse error (a FormatError names the line)."""
+    text, time_ns, target, names = item
+    try:
+        readings = prometheus.parse(
+            text,
+            time_ns,
+            where=f"{target.node} ({target.where[:200]})",
+            node=target.node,
+            device_port_name=target.port_name,
+            port_names=names,
+        )
+    except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
+        return exc.details
+    if target.speed_gbps:
+        readings = [dataclasses.replace(r, rate_bps=target.speed_gbps * 1e9) for r in readings]
+    return readings
+
+
 class _FabricPorts:
     """The fabric's links as the mirror needs them: interface -> twin port, port -> link."""
 
     def __init__(self, links: Iterable[topology_pb2.Link]) -> None:
-        self.twin_port: dict[tuple[str, str], str] = {}  # (node, ifname) -> `node/pN`
+        self.interfaces: dict[str, dict[str, str]] = {}  # node -> ifname -> `node/pN`
         self.link_of: dict[str, int] = {}  # `node/pN` -> link index
         self.names: dict[int, str] = {}
         self.state: dict[int, int] = {}
@@ -107,14 +136,14 @@ class _FabricPorts:
                 twin = f"{node}/p{port}"
                 self.link_of[twin] = link.index
                 if ifname:
-                    self.twin_port[(node, ifname)] = twin
+                    self.interfaces.setdefault(node, {})[ifname] = twin
             self.names[link.index] = link.display_name
             self.state[link.index] = link.state
             if link.port_name_a and link.port_name_b:
                 self.cables[cable_name(a, link.port_name_a, b, link.port_name_b)] = link.index
 
     def interfaces_of(self, node: str) -> dict[str, str]:
-        return {ifname: twin for (owner, ifname), twin in self.twin_port.items() if owner == node}
+        return self.interfaces.get(node, {})
 
 
 class FabricMirror:
@@ -129,6 +158,7 @@ class FabricMirror:
         self._scraper = Scraper(config.target_timeout_s, config.max_workers)
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     # -- the fabric and the source --------------------------------------------------------------
 
@@ -310,21 +340,23 @@ class FabricMirror:
 
     # -- counters and link states ---------------------------------------------------------------
 
-    def _readings(self, result: ScrapeResult) -> list[PortReading]:
-        target: TargetConfig = result.target
+    def _parse_all(self, scraped: list[ScrapeResult]) -> list[list[PortReading] | str]:
+        """Each scrape's readings, or why it cannot be parsed; spread over worker processes when many."""
         assert self._ports is not None
-        names = None if target.port_name else self._ports.interfaces_of(target.node)
-        readings = prometheus.parse(
-            result.text,
-            result.time_ns,
-            where=f"{target.node} ({target.where[:200]})",
-            node=target.node,
-            device_port_name=target.port_name,
-            port_names=names,
-        )
-        if target.speed_gbps:
-            readings = [dataclasses.replace(r, rate_bps=target.speed_gbps * 1e9) for r in readings]
-        return readings
+        work = [
+            (result.text, result.time_ns, result.target, None if result.target.port_name
+             else self._ports.interfaces_of(result.target.node))
+            for result in scraped
+        ]  # fmt: skip
+        workers = self.config.parse_workers
+        if workers <= 1 or len(work) < _PARALLEL_FROM:
+            return [_parse_scrape(item) for item in work]
+        if self._pool is None:
+            # spawn, not fork: this process holds gRPC channels and their threads.
+            context = multiprocessing.get_context("spawn")
+            self._pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+        chunk = max(1, len(work) // (workers * 4))
+        return list(self._pool.map(_parse_scrape, work, chunksize=chunk))
 
     def poll(self) -> PollReport:
         """Scrape every target, ingest what they report, and follow their ports' states."""
@@ -332,23 +364,26 @@ class FabricMirror:
         self.polls += 1
         report = PollReport(self.polls, time.time_ns(), self.fabric, len(self.config.targets))
         readings: list[PortReading] = []
-        for result in self._scraper.scrape(self.config.targets):
-            node = result.target.node
+        scraped = self._scraper.scrape(self.config.targets)
+        report.scrape_seconds = time.monotonic() - started
+        fetched = []
+        for result in scraped:
             if result.skipped:
-                report.skipped.append(node)
-                continue
-            if result.error:
-                report.failed[node] = result.error
-                continue
-            try:
-                readings += self._readings(result)
-            except InvalidArgumentError as exc:  # FormatError names the line; a bad port_name template too
-                report.failed[node] = f"cannot parse: {exc.details}"
+                report.skipped.append(result.target.node)
+            elif result.error:
+                report.failed[result.target.node] = result.error
+            else:
+                fetched.append(result)
+        for result, parsed in zip(fetched, self._parse_all(fetched), strict=True):
+            if isinstance(parsed, str):
+                report.failed[result.target.node] = f"cannot parse: {parsed}"
                 self._scraper.failed(result.target)
                 continue
+            readings += parsed
             report.scraped += 1
         report.ports = len({reading.port for reading in readings})
         chunks = columns_of(readings)
+        report.parse_seconds = time.monotonic() - started - report.scrape_seconds
         if chunks:
             name = resource_name("sources", self.source)
             reply = self.client.telemetry.ingest(
@@ -356,6 +391,7 @@ class FabricMirror:
             )
             report.stored, report.duplicates, report.rejected = reply.stored, reply.duplicates, reply.rejected
             report.reasons = [reason.reason for reason in reply.reasons]
+        report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
         report.link_changes = self._follow_states(port_states(readings))
         report.seconds = time.monotonic() - started
         return report
@@ -422,3 +458,6 @@ class FabricMirror:
 
     def close(self) -> None:
         self._scraper.close()
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None

@@ -5,6 +5,8 @@ fabric = "pod1"              # the fabric in the twin; imported from LLDP on fir
 source = "pod1-live"         # telemetry source of the counters (created LIVE on the fabric if missing)
 interval_s = 10              # one poll of every target per interval
 timeout_s = 5                # per target (default: the interval, at most 10 s)
+# max_workers = 64           # scrapes in flight at once
+# parse_workers = 8          # processes parsing scrapes (default: the CPUs, at most 8)
 
 [lldp]                       # where the cabling comes from; re-read every `interval_s`
 interval_s = 300
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -39,7 +42,7 @@ from fabrictwin.errors import InvalidArgumentError
 __all__ = ["LldpConfig", "MirrorConfig", "TargetConfig", "load_mirror_config", "parse_mirror_config"]
 
 FORMATS = ("prometheus",)
-_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "lldp", "targets"}
+_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "lldp", "targets"}
 _LLDP = {"interval_s", "nodes", "command", "directory", "default_speed_gbps", "default_latency_ns", "routing",
          "timeout_s"}  # fmt: skip
 _TARGET = {"node", "nodes", "url", "command", "format", "speed_gbps", "port_name"}
@@ -83,7 +86,8 @@ class MirrorConfig:
     source: str
     interval_s: float = 10.0
     timeout_s: float = 0.0  # 0: min(interval_s, 10)
-    max_workers: int = 64
+    max_workers: int = 64  # scrapes in flight at once
+    parse_workers: int = 1  # processes that parse scrapes (from 64 targets on); see load_mirror_config
     targets: tuple[TargetConfig, ...] = ()
     lldp: LldpConfig | None = None
 
@@ -206,8 +210,12 @@ def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConf
     workers = table.get("max_workers", 64)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
         raise InvalidArgumentError(f"max_workers: must be a whole number in [1, 1024], got {workers!r}")
+    parse_workers = table.get("parse_workers", min(os.cpu_count() or 1, 8))
+    if isinstance(parse_workers, bool) or not isinstance(parse_workers, int) or not 1 <= parse_workers <= 64:
+        raise InvalidArgumentError(f"parse_workers: must be a whole number in [1, 64], got {parse_workers!r}")
     config = MirrorConfig(
         fabric=fabric,
+        parse_workers=parse_workers,
         source=source,
         interval_s=_positive(table, "interval_s", "", 10.0),
         timeout_s=_positive(table, "timeout_s", "", 0.0, zero=True),
