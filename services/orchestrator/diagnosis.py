@@ -32,14 +32,16 @@ def ecmp_pinning(
     if not hot or not idle:
         return None
     mean = statistics.fmean(values)
+    hot.sort(key=lambda p: (-p.value, p.port))
+    idle.sort(key=lambda p: (p.value, p.port))
     finding = scenario_pb2.Finding(
         kind=scenario_pb2.FINDING_KIND_ECMP_PINNING,
         severity=scenario_pb2.SEVERITY_WARNING,
-        ports=[p.port for p in sorted(hot, key=lambda p: -p.value)],
+        ports=[p.port for p in hot],
         evidence=(
             f"{len(hot)} of {len(values)} links above {HOT:.0%} mean utilisation while {len(idle)} sit below "
             f"{IDLE:.0%} in the same window (max {max(values):.0%}, mean {mean:.0%}, "
-            f"max/mean {max(values) / mean if mean else 0:.2f})"
+            f"max/mean {max(values) / mean if mean else 0:.2f}); hot: {_named(hot)}; idle: {_named(idle)}"
         ),
         suggestion=(
             "Flows are pinned by ECMP hashing of low-entropy RoCEv2 headers. Use per-packet load "
@@ -50,6 +52,12 @@ def ecmp_pinning(
     if window is not None:
         finding.time_range.CopyFrom(window)
     return finding
+
+
+def _named(ports: Sequence[telemetry_pb2.PortValue], at_most: int = 5) -> str:
+    """`leaf-0/p3 (95%), leaf-1/p4 (90%) and 2 more`."""
+    named = ", ".join(f"{p.port} ({p.value:.0%})" for p in ports[:at_most])
+    return named + (f" and {len(ports) - at_most} more" if len(ports) > at_most else "")
 
 
 def lossy_links(

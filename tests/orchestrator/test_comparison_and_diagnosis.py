@@ -66,6 +66,15 @@ def test_hot_and_idle_uplinks_at_once_are_diagnosed_as_ecmp_pinning():
     assert finding.kind == scenario_pb2.FINDING_KIND_ECMP_PINNING
     assert finding.ports == ["leaf-0->spine-0", "leaf-0->spine-1"]
     assert "2 of 4 links" in finding.evidence
+    assert "hot: leaf-0->spine-0 (95%), leaf-0->spine-1 (90%)" in finding.evidence
+    assert "idle: leaf-0->spine-2 (5%), leaf-0->spine-3 (10%)" in finding.evidence
+
+
+def test_a_pinning_finding_names_at_most_five_hot_and_five_idle_links():
+    values = {f"hot-{i}": 0.9 + i / 100 for i in range(7)} | {f"idle-{i}": i / 100 for i in range(7)}
+    finding = ecmp_pinning(ports(values))
+    assert "hot: hot-6 (96%)," in finding.evidence and "and 2 more" in finding.evidence
+    assert "idle: idle-0 (0%), idle-1 (1%)" in finding.evidence
 
 
 def test_evenly_loaded_uplinks_are_not_pinning():
