@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH ?=
 
-.PHONY: venv proto lint test bench run clean
+.PHONY: venv proto lint test bench run lab clean
 
 venv: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ bench: venv
 
 run: venv
 	$(PY) -m services.stack
+
+# The Ethernet mirror on a real fabric in Linux network namespaces (needs root): prints what it found.
+lab: venv
+	$(PY) -m tests.lab
 
 clean:
 	rm -rf .fabrictwin .pytest_cache .ruff_cache

@@ -398,7 +398,7 @@ class FabricMirror:
 
     def _follow_states(self, states: dict[str, bool]) -> list[LinkChange]:
         assert self._ports is not None
-        down: dict[int, str] = {}
+        down: dict[int, list[str]] = {}
         up: set[int] = set()
         for port, is_up in states.items():
             link = self._ports.link_of.get(port)
@@ -407,10 +407,10 @@ class FabricMirror:
             if is_up:
                 up.add(link)
             else:
-                down.setdefault(link, f"{port} operationally down")
+                down.setdefault(link, []).append(port)
         changes: list[LinkChange] = []
-        for link, why in sorted(down.items()):
-            changes += self._set_state(link, "DOWN", why)
+        for link, ports in sorted(down.items()):
+            changes += self._set_state(link, "DOWN", f"{', '.join(sorted(ports))} operationally down")
         for link in sorted(up - set(down)):
             if self._set_by_mirror.get(link, "").endswith("operationally down"):
                 changes += self._set_state(link, "UP", "operationally up again")

@@ -1,0 +1,92 @@
+"""The Ethernet mirror, proven on a real fabric: Linux namespaces, kernel ECMP, lldpd, node_exporter.
+
+Through the real services (subprocesses) and the real `fabrictwin mirror` CLI: the lab is discovered
+by LLDP, its counters mirrored while RoCEv2-like flows run, the ECMP pinning the kernel's hash made
+is diagnosed from those counters, the flows are replayed as observed and under SPRAY and ADAPTIVE,
+and a leaf uplink taken down shows DOWN on the fabric.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from services.stack import running_stack
+from tests.lab.mirror_lab import FLOW_MBIT, INTERVAL_S, LINK_MBIT, run_mirror_lab
+from tests.lab.netns_fabric import build_lab, lab_unavailable_reason
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory):
+    reason = lab_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"the namespace lab cannot run here: {reason}")
+    workdir = tmp_path_factory.mktemp("mirror-lab")
+    with build_lab(link_mbit=LINK_MBIT) as lab, running_stack(workdir / "stack") as stack:
+        found = {}
+        for step in run_mirror_lab(lab, stack, workdir):
+            found[step["step"]] = step
+        return found
+
+
+def test_lldp_discovers_the_lab_nodes_kinds_ports_and_links(steps):
+    found = steps["discover"]
+    assert found["message"] == "imported fabrics/lab from LLDP: 4 switches, 4 hosts, 8 links"
+    assert found["switches"] == ["leaf0", "leaf1", "spine0", "spine1"]
+    assert found["hosts"] == ["h0", "h1", "h2", "h3"]
+    assert found["links"] == sorted([
+        "leaf0:swp1<->h0:eth0", "leaf0:swp2<->h1:eth0", "leaf1:swp1<->h2:eth0", "leaf1:swp2<->h3:eth0",
+        "spine0:swp1<->leaf0:swp3", "spine0:swp2<->leaf1:swp3",
+        "spine1:swp1<->leaf0:swp4", "spine1:swp2<->leaf1:swp4",
+    ])  # fmt: skip
+    assert found["speeds_gbps"] == [LINK_MBIT / 1000] and found["import_notes"] == []
+
+
+def test_the_twin_holds_the_bytes_node_exporter_reported_within_one_percent(steps):
+    found = steps["mirror"]
+    assert found["ports_compared"] >= 6  # every switch port the flows crossed
+    assert found["max_relative_error"] < 0.01
+    exporter = found["uplink_bytes_exporter"]
+    sent = {(f["src"], f["dst"]): f["wire_bytes"] for f in found["flows"]}
+    # Both of leaf0's flows went up toward spine0; its other uplink carried LLDP frames only.
+    assert exporter["leaf0/p3"] == pytest.approx(sent[("h0", "h2")] + sent[("h1", "h3")], rel=0.01)
+    assert exporter["leaf0/p4"] < 50_000
+
+
+def test_diagnose_names_the_pinned_hot_uplink_and_the_idle_one_from_real_counters(steps):
+    found = steps["diagnose"]
+    assert found["hot"] == ["leaf0/p3"]
+    pinning = next(f for f in found["findings"] if f["kind"] == 1)
+    assert "idle: leaf0/p4" in pinning["evidence"]
+    # Uplinks at 2x, 0, 1x and 1x the flow rate: max/mean 2, one of four hot and one idle.
+    (skew,) = found["skew"]
+    assert skew["max_over_mean"] == pytest.approx(2.0, rel=0.05)
+    assert (skew["share_hot"], skew["share_idle"]) == (0.25, 0.25)
+
+
+def test_the_replay_as_observed_matches_the_measured_uplinks_and_spray_spreads_them(steps):
+    found = steps["replay"]
+    assert found["paths"]  # learned from the kernel, hop by hop
+    assert all("spine0" in path[1] for key, path in found["paths"].items() if key.startswith(("h0", "h1")))
+    assert found["max_relative_error"] < 0.05
+    rows = {row["label"]: row for row in found["comparison"]}
+    assert rows["AS_OBSERVED"]["busiest_port"] == "leaf0/p3" and rows["AS_OBSERVED"]["idle_ports"] == 1
+    # The flows replayed at the rate they ran: the pinned uplink as hot as the counters said.
+    assert rows["AS_OBSERVED"]["busiest_utilisation"] == pytest.approx(2 * FLOW_MBIT / LINK_MBIT, rel=0.05)
+    spray = found["uplink_bytes_by_mode"]["SPRAY"]
+    assert spray["leaf0/p3"] == pytest.approx(spray["leaf0/p4"], rel=0.01)
+    assert rows["SPRAY"]["busiest_utilisation"] < rows["AS_OBSERVED"]["busiest_utilisation"] * 0.6
+
+
+def test_a_leaf_uplink_taken_down_is_down_in_the_fabric_within_two_intervals(steps):
+    found = steps["link_down"]
+    assert found["state"] == 2  # LINK_STATE_DOWN
+    assert found["seconds"] <= 2 * INTERVAL_S + 1.0
+    # Both ends of the veth pair go down: the mirror names every end it saw down.
+    said = {"link": found["link"], "state": "DOWN", "reason": "leaf0/p4, spine1/p1 operationally down"}
+    assert said in found["mirror_said"]
+
+
+def test_the_mirror_stops_cleanly_on_sigterm(steps):
+    assert steps["stop"] == {"step": "stop", "exit_code": 0, "traceback": False}
