@@ -221,6 +221,33 @@ def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, ex
         again.close()
 
 
+def test_a_neighbour_vanishing_from_lldp_sets_its_link_down_and_back_up_when_heard_again(
+    client, exporters, tmp_path
+):
+    fabric = leaf_spine(2, 2, 2)
+    write_lldp(tmp_path / "lldp", fabric)
+    start_counters(exporters)
+    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
+    try:
+        mirror.start()
+        for node, peer in (("leaf-0", "spine-1"), ("spine-1", "leaf-0")):  # both ends stop hearing
+            path = tmp_path / "lldp" / f"{node}.json"
+            table = json.loads(path.read_text())
+            entries = table["lldp"]["interface"]
+            table["lldp"]["interface"] = [e for e in entries if peer not in next(iter(e.values()))["chassis"]]
+            path.write_text(json.dumps(table))
+        report = mirror.refresh_cabling()
+        assert not report.changed and report.removed == ["leaf-0:swp4 <-> spine-1:swp1"]
+        assert [(c.link, c.state, c.reason) for c in report.link_changes] == [
+            ("spine-1/p1<->leaf-0/p4", "DOWN", "LLDP neighbour vanished")
+        ]
+        write_lldp(tmp_path / "lldp", fabric)
+        back = mirror.refresh_cabling()
+        assert [(c.link, c.state) for c in back.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
+    finally:
+        mirror.close()
+
+
 def test_the_cli_mirrors_until_sigterm_printing_json_lines(services, exporters, tmp_path):
     write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
     start_counters(exporters)
