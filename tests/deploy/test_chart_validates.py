@@ -25,6 +25,12 @@ VALUE_SETS = {
         "simulator": {"autoscaling": {"enabled": True}, "nodeSelector": {"gpu": "none"}},
         "telemetry": {"replicas": 3, "env": {"FABRICTWIN_INGEST_PARALLELISM": 4}},
         "imagePullSecrets": [{"name": "registry"}],
+        "mirror": {
+            "enabled": True,
+            "config": 'fabric = "pod1"\nsource = "pod1-live"\n[lldp]\ndirectory = "/lldp"\n',
+            "extraVolumes": [{"name": "ssh", "secret": {"secretName": "mirror-ssh"}}],
+            "extraVolumeMounts": [{"name": "ssh", "mountPath": "/tmp/.ssh", "readOnly": True}],
+        },
     },
     "dev-database-everything-off": {
         "database": {"existingSecret": ""},
