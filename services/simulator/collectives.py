@@ -97,9 +97,13 @@ class JobTransfers:
     connection: np.ndarray  # int64 [T], job-local connection id (QP numbers hash it)
     release_ns: np.ndarray  # int64 [T]
     edges: np.ndarray  # int64 [E, 3]: (prerequisite, dependent, 1 if it must have arrived else 0)
-    # int64 [T]: the one channel a hop between neighbouring nodes crosses (SHARP's tree), -1 where
-    # the transfer is routed between hosts; None: every transfer is routed (see workload.py).
-    channel: np.ndarray | None = None
+    # CSR over transfers: the channels a transfer is pinned to, in order from its source (SHARP's
+    # hop between neighbouring tree nodes: one channel; a POINT_TO_POINT flow's given path); an empty
+    # row is routed between hosts by the load-balancing mode. None: every transfer is routed.
+    pinned_offsets: np.ndarray | None = None  # int64 [T+1]
+    pinned_channels: np.ndarray | None = None  # int32 [P]
+    source_port: np.ndarray | None = None  # int64 [T]: UDP source port (0: from the QP number)
+    rate_bps: np.ndarray | None = None  # float64 [T]: cap on the transfer's sending rate (0: none)
 
 
 @dataclasses.dataclass

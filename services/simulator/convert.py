@@ -63,7 +63,17 @@ def _job_from_proto(index: int, job: simulation_pb2.Job) -> domain.JobSpec:
         iterations=job.iterations or 1,
         chunks=job.chunks,
         flows=tuple(
-            domain.PointToPointFlow(f.source, f.destination, f.size_bytes, f.start_ns) for f in job.flows
+            domain.PointToPointFlow(
+                f.source,
+                f.destination,
+                f.size_bytes,
+                f.start_ns,
+                path=tuple(f.path),
+                path_links=tuple(f.path_links),
+                udp_source_port=f.udp_source_port,
+                rate_gbps=f.rate_gbps,
+            )
+            for f in job.flows
         ),
     )
 

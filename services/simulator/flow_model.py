@@ -1,10 +1,12 @@
 """The FLOW-fidelity engine: max-min fair sharing of channel bandwidth, recomputed at every event.
 
-Flows are fluid: a flow crossing channels c with fractions a_c (1 on an ECMP path, shares of an
-even split otherwise) gets a rate r with sum over flows of a_c * r <= capacity(c), and the rates
-are max-min fair (progressive filling / water-filling: raise every unfrozen flow's rate together
-until a channel saturates, freeze the flows crossing it, repeat). The rates are recomputed
-whenever flows start or end; between two such events every rate is constant.
+Flows are fluid: a flow crossing channels c with fractions a_c (1 on an ECMP or pinned path, shares
+of an even split otherwise) gets a rate r with sum over flows of a_c * r <= capacity(c), and r at
+most its cap where it has one (`Workload.flow_rate_bps`: a rate-limited sender), and the rates are
+max-min fair (progressive filling / water-filling: raise every unfrozen flow's rate together until
+a channel saturates or a flow reaches its cap, freeze the flows crossing that channel or at their
+cap, repeat). The rates are recomputed whenever flows start or end; between two such events every
+rate is constant.
 
 Event times are integer nanoseconds: a flow's last byte leaves the source at
 ceil(now + remaining * 8 / rate) and arrives one path latency later; its transfer is complete
@@ -62,14 +64,19 @@ def max_min_rates(
     entry_fraction: np.ndarray,
     capacity_bps: np.ndarray,
     flow_count: int,
+    flow_cap_bps: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rates (bit/s) of `flow_count` flows over channels 0..len(capacity_bps)-1.
 
     Entry e says flow `entry_flow[e]` puts fraction `entry_fraction[e]` of its rate on channel
-    `entry_channel[e]`. Every flow needs at least one entry.
+    `entry_channel[e]`. Every flow needs at least one entry. `flow_cap_bps` (per flow, inf: none)
+    bounds each flow's rate: the filling stops raising a flow at its cap, as at a channel of its own.
 
     >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), np.ones(2), np.array([10.0]), 2)
     array([5., 5.])
+    >>> one_link = np.array([0, 1]), np.array([0, 0]), np.ones(2), np.array([10.0]), 2
+    >>> max_min_rates(*one_link, flow_cap_bps=np.array([2.0, np.inf]))
+    array([2., 8.])
     """
     channels = len(capacity_bps)
     rates = np.zeros(flow_count)
@@ -82,11 +89,17 @@ def max_min_rates(
         # Fair share left on each entry's channel; every channel seen here has demand > 0.
         share = remaining[channel] / demand[channel]
         delta = max(float(share.min()), 0.0)
+        if flow_cap_bps is not None:  # ... unless a live flow reaches its cap first
+            delta = min(delta, max(float(flow_cap_bps[live].min()) - level, 0.0))
         level += delta
         remaining -= delta * demand
         newly = flow[share <= delta * (1.0 + _SATURATION_TOLERANCE)]
         rates[newly] = level
         live[newly] = False
+        if flow_cap_bps is not None:
+            capped = np.flatnonzero(live & (flow_cap_bps <= level * (1.0 + _SATURATION_TOLERANCE)))
+            rates[capped] = flow_cap_bps[capped]
+            live[capped] = False
         keep = live[flow]
         flow, channel, fraction = flow[keep], channel[keep], fraction[keep]
     return rates
@@ -132,6 +145,11 @@ class _Engine:
         self.entry_slot = np.zeros(0, dtype=np.int64)
         self.entry_channel = np.zeros(0, dtype=np.int64)
         self.entry_fraction = np.zeros(0)
+        # Caps of the active slots (inf: none), when the workload caps any flow.
+        self.caps = None
+        if workload.flow_rate_bps is not None:
+            self.caps = np.zeros(0)
+            self.flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf)
         self.load = np.zeros(len(self.used_channels))
         self.records: list[tuple[int, np.ndarray, np.ndarray]] = []
 
@@ -214,6 +232,8 @@ class _Engine:
         )
         slots = len(self.active) + np.repeat(np.arange(len(flows)), n_entries)
         self.active = np.concatenate([self.active, flows])
+        if self.caps is not None:
+            self.caps = np.concatenate([self.caps, self.flow_cap[flows]])
         self.remaining = np.concatenate([self.remaining, self.w.flow_size_bytes[flows].astype(np.float64)])
         self.entry_slot = np.concatenate([self.entry_slot, slots])
         self.entry_channel = np.concatenate([self.entry_channel, self.route_channel[entries]])
@@ -229,11 +249,18 @@ class _Engine:
         self.entry_fraction = self.entry_fraction[keep_entry]
         flows = self.active[ending]
         self.active, self.remaining = self.active[keep], self.remaining[keep]
+        if self.caps is not None:
+            self.caps = self.caps[keep]
         return flows
 
     def _rates(self, now: int) -> np.ndarray:
         rates = max_min_rates(
-            self.entry_slot, self.entry_channel, self.entry_fraction, self.capacity, len(self.active)
+            self.entry_slot,
+            self.entry_channel,
+            self.entry_fraction,
+            self.capacity,
+            len(self.active),
+            self.caps,
         )
         load = np.bincount(
             self.entry_channel, weights=self.entry_fraction * rates[self.entry_slot], minlength=len(self.load)

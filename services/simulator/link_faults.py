@@ -23,6 +23,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import FaultKind, RerouteModel, resolve_link
 from services.simulator.packet.config import LinkEvent, RoutingEpoch
 from services.simulator.paths import route_workload
+from services.simulator.pinning import pinned_flows_by_link
 from services.simulator.spec import SimulationSpec
 from services.simulator.transport import reroute_delay_ns
 from services.simulator.workload import Workload
@@ -70,8 +71,23 @@ def _down_after_each(changes: list[_Change]) -> list[tuple[int, ...]]:
 
 
 def down_sets(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[tuple[int, ...]]:
-    """The sets of down links whose routes the run needs (empty: no LINK_DOWN fault)."""
-    return sorted({s for s in _down_after_each(_changes(spec, snapshot)) if s})
+    """The sets of down links whose routes the run needs (empty: no LINK_DOWN fault).
+
+    A link taken down for good that a pinned flow crosses is refused: a pinned flow is never
+    rerouted, so it could never finish.
+    """
+    changes = _changes(spec, snapshot)
+    if changes and any(flow.pinned for job in spec.jobs for flow in job.flows):
+        pinned = pinned_flows_by_link(spec, snapshot)
+        for change in changes:
+            fault = spec.faults[change.fault]
+            if not change.up and not fault.end_ns and change.link in pinned:
+                raise InvalidArgument(
+                    f"faults[{change.fault}].link",
+                    f"{snapshot.link_names[change.link]} goes down for good, but {pinned[change.link][0]} is "
+                    "pinned across it and a pinned flow is never rerouted: it could never finish; set end_ns",
+                )
+    return sorted({s for s in _down_after_each(changes) if s})
 
 
 def link_fault_plan(
@@ -84,6 +100,14 @@ def link_fault_plan(
     lb = spec.load_balancing
     assert lb is not None
     events, epochs, notes = [], [], []
+    pinned = pinned_flows_by_link(spec, snapshot) if workload.pinned.any() else {}
+    for link in sorted({c.link for c in changes if c.link in pinned}):
+        flows = pinned[link]
+        notes.append(
+            f"{', '.join(flows[:3])}{' and others' if len(flows) > 3 else ''} pinned across link "
+            f"{snapshot.link_names[link]}, which a LINK_DOWN fault takes down: their packets to it are "
+            "discarded until it comes back (a pinned flow is never rerouted)."
+        )
     order: list[int] = []  # change order of each epoch
     for change, down in zip(changes, _down_after_each(changes), strict=True):
         events.append(LinkEvent(change.time_ns, change.link, change.up))

@@ -14,9 +14,10 @@ route is FailedPrecondition naming the two hosts. The result is a CSR of (channe
 flow plus the flow's one-way latency: link latencies plus `switch_latency_ns` per switch crossed
 (with a split, the slowest of its paths).
 
-Flows pinned to one channel (`Workload.flow_channel`: SHARP's hops between neighbouring tree
-nodes, see sharp.py) are not routed: whatever the mode, each gets a row of its one channel, with
-that hop's latency, after the rows of the routed flows.
+Pinned flows (`Workload.pinned_offsets` / `pinned_channels`: SHARP's hops between neighbouring
+tree nodes, see sharp.py, and POINT_TO_POINT flows given a path, see pinning.py) are not routed:
+whatever the mode, each distinct pinned path gets one row of its channels in order (fraction 1 each),
+with the latency of those hops, after the rows of the routed flows.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "flow_outcomes",
     "hop_latency_ns",
     "pin_flows_by_hash",
+    "pinned_path_rows",
     "route_workload",
     "split_flows_evenly",
     "unique_rows",
@@ -234,10 +236,10 @@ def route_workload(
     """Route every flow of a workload; returns the routes and each flow's row in them.
 
     Flows with the same header fields (every step of a connection's QP) share one row: ECMP
-    gives them the same path, which is what pins sequential flowlets. Flows pinned to a channel
-    share one row per channel, after the routed rows.
+    gives them the same path, which is what pins sequential flowlets. Pinned flows share one row
+    per distinct pinned path, after the routed rows.
     """
-    pinned = workload.pinned_channel >= 0
+    pinned = workload.pinned
     if pinned.all():
         routed = FlowRoutes(
             np.zeros(1, dtype=np.int64), np.zeros(0, np.int32), np.zeros(0), np.zeros(0, np.int64), True
@@ -249,16 +251,37 @@ def route_workload(
         )
     if not pinned.any():
         return routed, flow_route
-    channels, row = np.unique(workload.pinned_channel[pinned], return_inverse=True)
-    flow_route[pinned] = len(routed.latency_ns) + row.reshape(-1)
+    offsets, channels, row = pinned_path_rows(workload, pinned)
+    flow_route[pinned] = len(routed.latency_ns) + row
+    hop_ns = hop_latency_ns(snapshot, switch_latency_ns)
     routes = FlowRoutes(
-        offsets=np.r_[routed.offsets, routed.offsets[-1] + np.arange(1, len(channels) + 1)],
+        offsets=np.r_[routed.offsets, routed.offsets[-1] + offsets[1:]],
         channels=np.r_[routed.channels, channels].astype(np.int32),
         fractions=np.r_[routed.fractions, np.ones(len(channels))],
-        latency_ns=np.r_[routed.latency_ns, hop_latency_ns(snapshot, switch_latency_ns)[channels]],
+        latency_ns=np.r_[routed.latency_ns, np.add.reduceat(hop_ns[channels], offsets[:-1])],
         pinned=routed.pinned,
     )
     return routes, flow_route
+
+
+def pinned_path_rows(workload: Workload, pinned: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct paths of the pinned flows as a CSR (offsets, channels), and each pinned flow's row.
+
+    Paths are compared as rows of channels padded with -1 (rows come in lexicographic order).
+    """
+    assert workload.pinned_offsets is not None and workload.pinned_channels is not None
+    flows = np.flatnonzero(pinned)
+    lengths = workload.pinned_lengths[flows]
+    hop = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    padded = np.full((len(flows), int(lengths.max())), -1, dtype=np.int64)
+    padded[np.repeat(np.arange(len(flows)), lengths), hop] = workload.pinned_channels[
+        np.repeat(workload.pinned_offsets[flows], lengths) + hop
+    ]
+    paths, row = unique_rows([padded[:, k] for k in range(padded.shape[1])])
+    kept = paths >= 0
+    offsets = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(kept.sum(axis=1), out=offsets[1:])
+    return offsets, paths[kept].astype(np.int32), row
 
 
 def _route_between_hosts(
@@ -306,7 +329,7 @@ def flow_outcomes(
     host_names: list[str],
 ) -> FlowOutcomes:
     """Per-flow results of either engine; links per route only where each flow had one path
-    (ECMP, and flows pinned to a channel).
+    (ECMP, and pinned flows).
 
     Endpoint names are the hosts', then (SHARP) every node's: endpoint num_hosts + node.
     """
@@ -314,7 +337,7 @@ def flow_outcomes(
         path_offsets, path_links = routes.offsets, (routes.channels // 2).astype(np.int32)
     else:
         one_path = np.zeros(len(routes.latency_ns), dtype=bool)
-        one_path[flow_route[workload.pinned_channel >= 0]] = True
+        one_path[flow_route[workload.pinned]] = True
         counts = np.diff(routes.offsets) * one_path
         path_offsets = np.zeros(len(routes.offsets), dtype=np.int64)
         np.cumsum(counts, out=path_offsets[1:])

@@ -289,8 +289,9 @@ def ideal_completion_ns(
     steps x S/n bytes in order, each step waiting one hop latency for its input, so t = steps *
     (S/n) * 8 / R + the largest sum of `steps` consecutive ring-hop latencies (R the slowest rank
     link); for AllReduce steps = 2(n-1), i.e. 2(n-1)/n * S * 8 / R.
-    Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency))
-    and each host's total bytes over its link rate.
+    Point-to-point: the larger of each flow's own chain (start + iterations x (size*8/R + latency),
+    R the slower of its hosts' links and its `rate_gbps` cap) and each host's total bytes over its
+    link rate.
     SHARP AllReduce, the streaming closed form: iterations x S * 8 / R over the slowest channel of
     the tree R (each host link carries S up and S down, every switch reduces as the data passes),
     plus the tree's latency (the critical path with no serialisation: the slowest host-to-root
@@ -319,6 +320,9 @@ def ideal_completion_ns(
         transfer_bytes = cumulative[offsets[first + 1]] - cumulative[offsets[first]]
         qp0 = offsets[first]
         rate = np.minimum(up[workload.flow_source[qp0]], down[workload.flow_destination[qp0]])
+        if workload.flow_rate_bps is not None:  # a capped flow (each QP capped at its share)
+            cap = workload.flow_rate_bps[qp0] * (offsets[first + 1] - qp0) * payload_fraction
+            rate = np.where(cap > 0, np.minimum(rate, cap), rate)
         release = workload.transfer_release_ns[first] - plan.start_ns
         chain = release + plan.iterations * (transfer_bytes * 8e9 / rate + flow_latency_ns[qp0])
         return int(np.ceil(max(busiest, float(chain.max()))))

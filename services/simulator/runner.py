@@ -20,6 +20,7 @@ from services.simulator.flow_model import Cancelled, simulate_flows
 from services.simulator.link_faults import WhatIf
 from services.simulator.packet.outcome import run_packet_simulation
 from services.simulator.paths import flow_outcomes, route_workload
+from services.simulator.pinning import flow_option_notes
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
     SimulationOutcome,
@@ -80,6 +81,7 @@ def model_notes(spec: SimulationSpec) -> list[str]:
         notes.append("With several iterations, completion_ns covers all of them; algbw/busbw use the mean.")
     if spec.transport == Transport.INFINIBAND:
         notes.append("InfiniBand transport: credits and VLs do not change FLOW results.")
+    notes += flow_option_notes(spec)
     if any(job.algorithm == Algorithm.SHARP for job in spec.jobs):
         notes.append(
             "SHARP at FLOW fidelity: one aggregation tree per job; each switch reduces a chunk once it has "

@@ -274,6 +274,7 @@ def sharp_transfers(tree: AggregationTree, job: JobSpec) -> tuple[JobTransfers, 
         connection=many.connection,
         release_ns=np.full(len(many.sizes), job.start_ns, dtype=np.int64),
         edges=many.edges,
-        channel=channel.astype(np.int64),
+        pinned_offsets=np.arange(len(channel) + 1, dtype=np.int64),  # one channel per transfer
+        pinned_channels=channel.astype(np.int32),
     )
     return transfers, 2 * tree.height

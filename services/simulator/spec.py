@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
 
 
 MAX_PACKET_MTU_BYTES = 65_536
+MAX_CAPPED_FLOW_SECONDS = 1e6  # a rate-capped flow's size over its cap (int64 ps end at ~9.2e6 s)
 
 
 class Fidelity(enum.StrEnum):
@@ -88,12 +90,26 @@ DEFAULT_VL_BUFFER_BYTES = 64 * 1024  # InfiniBand: receive buffer per input port
 
 @dataclasses.dataclass(frozen=True)
 class PointToPointFlow:
-    """One POINT_TO_POINT flow between two hosts, by name."""
+    """One POINT_TO_POINT flow between two hosts, by name.
+
+    `path` (node names, source to destination) or `path_links` (link display names, in order from
+    the source) pin the flow to one path in every load-balancing mode (pinning.py resolves them
+    against the fabric); `udp_source_port` replaces the port derived from the QP number (0: derived);
+    `rate_gbps` caps the flow's sending rate (0: line rate).
+    """
 
     source: str
     destination: str
     size_bytes: int
     start_ns: int = 0
+    path: tuple[str, ...] = ()
+    path_links: tuple[str, ...] = ()
+    udp_source_port: int = 0
+    rate_gbps: float = 0.0
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.path or self.path_links)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +229,16 @@ def _job_from_dict(data: JobSpec | Mapping[str, Any]) -> JobSpec:
             values[key] = kind(values[key])
     values["hosts"] = tuple(values.get("hosts", ()))
     values["flows"] = tuple(
-        f if isinstance(f, PointToPointFlow) else PointToPointFlow(**f) for f in values.get("flows", ())
+        f
+        if isinstance(f, PointToPointFlow)
+        else PointToPointFlow(
+            **{
+                **f,
+                "path": tuple(f.get("path", ())),
+                "path_links": tuple(f.get("path_links", ())),
+            }
+        )
+        for f in values.get("flows", ())
     )
     return JobSpec(**values)
 
@@ -274,6 +299,7 @@ def _validate_job(index: int, job: JobSpec, spec: SimulationSpec) -> None:
                 raise InvalidArgument(
                     f"{field}.flows[{j}]", f"source and destination are both {flow.source!r}"
                 )
+            _validate_flow_options(f"{field}.flows[{j}]", flow, job)
         return
     if job.flows:
         raise InvalidArgument(f"{field}.flows", "only POINT_TO_POINT jobs take flows")
@@ -289,6 +315,43 @@ def _validate_job(index: int, job: JobSpec, spec: SimulationSpec) -> None:
     if len(set(job.hosts)) != len(job.hosts):
         raise InvalidArgument(f"{field}.hosts", "lists a host more than once")
     _validate_algorithm(field, job, ranks, spec)
+
+
+def _validate_flow_options(field: str, flow: PointToPointFlow, job: JobSpec) -> None:
+    """A flow's pinned path, source port and rate cap, as far as they can be judged without the fabric
+    (pinning.py resolves the path against it)."""
+    if flow.path and flow.path_links:
+        raise InvalidArgument(
+            f"{field}.path_links", "path and path_links are both set; pin the flow with one of them"
+        )
+    if flow.path and len(flow.path) < 2:
+        raise InvalidArgument(
+            f"{field}.path", f"needs at least the source and the destination, got {len(flow.path)} node(s)"
+        )
+    for j, name in enumerate(flow.path or flow.path_links):
+        if not name:
+            raise InvalidArgument(f"{field}.{'path' if flow.path else 'path_links'}[{j}]", "is empty")
+    if not 0 <= flow.udp_source_port <= 65535:
+        raise InvalidArgument(
+            f"{field}.udp_source_port",
+            f"must be in 1..65535 (0: derived from the QP number), got {flow.udp_source_port}",
+        )
+    if flow.udp_source_port and job.qps_per_connection > 1:
+        raise InvalidArgument(
+            f"{field}.udp_source_port",
+            f"the job has qps_per_connection={job.qps_per_connection}, and each QP of a flow has its own "
+            "source port; set udp_source_port only with one QP per connection",
+        )
+    if not math.isfinite(flow.rate_gbps) or flow.rate_gbps < 0:
+        raise InvalidArgument(
+            f"{field}.rate_gbps", f"must be a finite number of Gb/s >= 0 (0: line rate), got {flow.rate_gbps}"
+        )
+    if flow.rate_gbps and flow.size_bytes * 8 / (flow.rate_gbps * 1e9) > MAX_CAPPED_FLOW_SECONDS:
+        raise InvalidArgument(
+            f"{field}.rate_gbps",
+            f"{flow.size_bytes} bytes at {flow.rate_gbps} Gb/s take over {MAX_CAPPED_FLOW_SECONDS:.0e} s of "
+            "simulated time, more than a run can count (in ps)",
+        )
 
 
 def validate_spec(spec: SimulationSpec) -> None:

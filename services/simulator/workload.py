@@ -15,11 +15,17 @@ POINT_TO_POINT jobs: each listed flow is a connection; its repetitions run back 
 starts when the previous one's last byte has left the source).
 
 Flow endpoints are host indices, except SHARP's hops to and from switches: there an endpoint is
-`num_hosts + node` for the switch `node` (its name is `endpoint_names[node]`), and the flow is
-pinned to the one channel of its tree edge (`flow_channel`; -1 for flows routed between hosts).
+`num_hosts + node` for the switch `node` (its name is `endpoint_names[node]`).
+
+Pinned flows (`pinned_offsets` / `pinned_channels`, a CSR of channels per flow, in order from the
+source; an empty row is routed by the load-balancing mode) cross exactly those channels whatever
+the mode: SHARP's hops, each pinned to the one channel of its tree edge, and POINT_TO_POINT flows
+given a `path` or `path_links` (pinning.py), every QP of the flow on that path.
 
 QP numbers are derived from (spec seed, job, connection, QP index) with MurmurHash3, so a run is
-deterministic; the UDP source port is 49152 + (source QPN mod 16384).
+deterministic; the UDP source port is 49152 + (source QPN mod 16384), unless a POINT_TO_POINT
+flow gives its own (`udp_source_port`). A flow's `rate_gbps` caps each of its q QPs at 1/q of it
+(`flow_rate_bps`).
 """
 
 from __future__ import annotations
@@ -31,11 +37,20 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import JobTransfers, collective_transfers, pipeline_chunks, split_bytes
 from services.simulator.ecmp_hash import murmur3_32
+from services.simulator.pinning import PathResolver
 from services.simulator.placement import HostDirectory, place_job
 from services.simulator.sharp import aggregation_tree, sharp_transfers
 from services.simulator.spec import Algorithm, Collective, JobSpec, SimulationSpec, job_labels
 
-__all__ = ["JobPlan", "Workload", "build_workload", "place_jobs", "split_bytes", "udp_source_port"]
+__all__ = [
+    "JobPlan",
+    "Workload",
+    "build_workload",
+    "gather_rows",
+    "place_jobs",
+    "split_bytes",
+    "udp_source_port",
+]
 
 ROCEV2_SOURCE_PORT_BASE = 49152
 
@@ -74,8 +89,13 @@ class Workload:
     flow_size_bytes: np.ndarray  # int64 [F]
     flow_source_port: np.ndarray  # int32 [F], UDP source port
     flow_destination_qp: np.ndarray  # uint32 [F], destination QP number
-    # int32 [F], the one channel a SHARP hop is pinned to; -1: routed between hosts. None: all -1.
-    flow_channel: np.ndarray | None = None
+    # CSR over flows: the channels flow f is pinned to, pinned_channels[pinned_offsets[f] :
+    # pinned_offsets[f + 1]], in order from its source; an empty row is routed by the mode. None: no
+    # flow is pinned.
+    pinned_offsets: np.ndarray | None = None  # int64 [F+1]
+    pinned_channels: np.ndarray | None = None  # int32 [P]
+    # float64 [F], cap on each flow's sending rate in bit/s (0: line rate). None: no flow is capped.
+    flow_rate_bps: np.ndarray | None = None
     # Node names, when a flow ends at a switch (endpoint num_hosts + node); else empty.
     endpoint_names: list[str] = dataclasses.field(default_factory=list)
 
@@ -88,11 +108,27 @@ class Workload:
         return int(self.flow_job.shape[0])
 
     @property
+    def pinned_lengths(self) -> np.ndarray:
+        """int64 [F]: channels each flow is pinned to (0: routed by the mode)."""
+        if self.pinned_offsets is None:
+            return np.zeros(self.flow_count, dtype=np.int64)
+        return np.diff(self.pinned_offsets)
+
+    @property
+    def pinned(self) -> np.ndarray:
+        """bool [F]: flows pinned to a path."""
+        return self.pinned_lengths > 0
+
+    @property
     def pinned_channel(self) -> np.ndarray:
-        """int32 [F]: `flow_channel`, or -1 for every flow when no flow is pinned to a channel."""
-        if self.flow_channel is None:
+        """int32 [F]: the channel of a flow pinned to exactly one (SHARP's hops between neighbouring
+        nodes, whose ends may be switches), -1 for every other flow."""
+        if self.pinned_offsets is None or self.pinned_channels is None:
             return np.full(self.flow_count, -1, dtype=np.int32)
-        return self.flow_channel
+        one = self.pinned_lengths == 1
+        first = np.full(self.flow_count, -1, dtype=np.int32)
+        first[one] = self.pinned_channels[self.pinned_offsets[:-1][one]]
+        return first
 
 
 def udp_source_port(qp_number: np.ndarray) -> np.ndarray:
@@ -110,7 +146,18 @@ def _qp_numbers(seed: int, job: int, connection: np.ndarray, qp: np.ndarray, rol
     return (hashes.astype(np.int64) % (2**24 - 2) + 2).astype(np.uint32)
 
 
-def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> JobTransfers:
+def gather_rows(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `rows` of a CSR (offsets, values), in that order, as a new CSR."""
+    lengths = np.diff(offsets)[rows]
+    new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    index = np.repeat(offsets[:-1][rows] - new_offsets[:-1], lengths) + np.arange(new_offsets[-1])
+    return new_offsets, values[index]
+
+
+def _point_to_point_part(
+    directory: HostDirectory, index: int, job: JobSpec, paths: tuple[np.ndarray, np.ndarray] | None
+) -> JobTransfers:
     field = f"jobs[{index}].flows"
     source = np.array([directory.lookup(f.source, f"{field}[{j}].source") for j, f in enumerate(job.flows)])
     destination = np.array(
@@ -120,7 +167,7 @@ def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> 
     t = np.arange(m * iterations, dtype=np.int64)
     flow = t % m
     later = t >= m
-    return JobTransfers(
+    part = JobTransfers(
         sizes=np.array([f.size_bytes for f in job.flows], dtype=np.int64)[flow],
         source=source[flow].astype(np.int64),
         destination=destination[flow].astype(np.int64),
@@ -128,28 +175,47 @@ def _point_to_point_part(directory: HostDirectory, index: int, job: JobSpec) -> 
         release_ns=job.start_ns + np.array([f.start_ns for f in job.flows], dtype=np.int64)[flow],
         edges=np.stack([t[later] - m, t[later], 0 * t[later]], axis=1),
     )
+    if paths is not None:  # every repetition of a flow on its path
+        part.pinned_offsets, part.pinned_channels = gather_rows(*paths, flow)
+    if any(f.udp_source_port for f in job.flows):
+        part.source_port = np.array([f.udp_source_port for f in job.flows], dtype=np.int64)[flow]
+    if any(f.rate_gbps for f in job.flows):
+        part.rate_bps = np.array([f.rate_gbps * 1e9 for f in job.flows], dtype=np.float64)[flow]
+    return part
 
 
-def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarray]:
-    """Hosts of every job: ranks in order for rings, the hosts its flows touch for POINT_TO_POINT.
-
-    Cheap enough to run before accepting a simulation: it is where unknown host names and jobs
-    that do not fit on the fabric are refused (InvalidArgument naming the job field and host).
-    """
+def _place(
+    spec: SimulationSpec, snapshot: FabricSnapshot
+) -> tuple[list[np.ndarray], dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """Every job's hosts, and the pinned paths of POINT_TO_POINT jobs (by job index) that have any."""
     directory = HostDirectory(snapshot)
+    resolver = PathResolver(snapshot, directory)
     taken = np.zeros(snapshot.num_hosts, dtype=bool)
-    placed = []
+    placed, paths = [], {}
     for index, job in enumerate(spec.jobs):
         if job.collective == Collective.POINT_TO_POINT:
             field = f"jobs[{index}].flows"
             names = [(f.source, f"{field}[{j}].source") for j, f in enumerate(job.flows)]
             names += [(f.destination, f"{field}[{j}].destination") for j, f in enumerate(job.flows)]
             placed.append(np.unique([directory.lookup(name, where) for name, where in names]))
+            pinned = resolver.job_paths(index, job)  # refuses a path the fabric cannot carry
+            if pinned is not None:
+                paths[index] = pinned
         else:
             placed.append(place_job(directory, index, job, taken, spec.seed))
             if job.algorithm == Algorithm.SHARP:
                 aggregation_tree(snapshot, placed[-1], index)  # refuses a job SHARP cannot span
-    return placed
+    return placed, paths
+
+
+def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarray]:
+    """Hosts of every job: ranks in order for rings, the hosts its flows touch for POINT_TO_POINT.
+
+    Cheap enough to run before accepting a simulation: it is where unknown host names, jobs that
+    do not fit on the fabric and pinned paths the fabric cannot carry are refused (InvalidArgument
+    naming the job field and host, node or link).
+    """
+    return _place(spec, snapshot)[0]
 
 
 def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
@@ -158,9 +224,10 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
     labels = job_labels(spec.jobs)
     plans: list[JobPlan] = []
     parts: list[JobTransfers] = []
-    for index, (job, hosts) in enumerate(zip(spec.jobs, place_jobs(spec, snapshot), strict=True)):
+    placed, paths = _place(spec, snapshot)
+    for index, (job, hosts) in enumerate(zip(spec.jobs, placed, strict=True)):
         if job.collective == Collective.POINT_TO_POINT:
-            part = _point_to_point_part(directory, index, job)
+            part = _point_to_point_part(directory, index, job, paths.get(index))
             size, steps = int(sum(f.size_bytes for f in job.flows)), 1
         elif job.algorithm == Algorithm.SHARP:
             part, steps = sharp_transfers(aggregation_tree(snapshot, hosts, index), job)
@@ -185,7 +252,7 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
         )
         parts.append(part)
     workload = _assemble(spec, plans, parts)
-    if workload.flow_channel is not None:
+    if any(job.algorithm == Algorithm.SHARP for job in spec.jobs):
         workload.endpoint_names = snapshot.node_names
     return workload
 
@@ -208,16 +275,30 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     sizes = np.concatenate([p.sizes for p in parts])
     connection = np.concatenate([p.connection for p in parts])
     flow_job = transfer_job[flow_transfer]
-    pinned = any(p.channel is not None for p in parts)
-    transfer_channel = np.concatenate(
-        [p.channel if p.channel is not None else np.full(len(p.sizes), -1) for p in parts]
-    )
     source_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     destination_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     for j in range(len(parts)):
         mine = flow_job == j
         source_qp[mine] = _qp_numbers(spec.seed, j, connection[flow_transfer[mine]], qp_index[mine], 0)
         destination_qp[mine] = _qp_numbers(spec.seed, j, connection[flow_transfer[mine]], qp_index[mine], 1)
+    source_port = udp_source_port(source_qp)
+    if any(p.source_port is not None for p in parts):  # a flow's own port replaces its QP's
+        given = np.concatenate([_or_zeros(p.source_port, p) for p in parts])[flow_transfer]
+        source_port = np.where(given > 0, given, source_port).astype(np.int32)
+    pinned_offsets = pinned_channels = flow_rate = None
+    if any(p.pinned_offsets is not None for p in parts):
+        lengths = np.concatenate(
+            [np.diff(p.pinned_offsets) if p.pinned_offsets is not None else _or_zeros(None, p) for p in parts]
+        )
+        offsets = np.zeros(total + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        channels = np.concatenate([p.pinned_channels for p in parts if p.pinned_channels is not None]).astype(
+            np.int32
+        )
+        pinned_offsets, pinned_channels = gather_rows(offsets, channels, flow_transfer)
+    if any(p.rate_bps is not None for p in parts):  # each QP of a transfer takes its share of the cap
+        transfer_rate = np.concatenate([_or_zeros(p.rate_bps, p).astype(np.float64) for p in parts])
+        flow_rate = transfer_rate[flow_transfer] / flows_per_transfer[flow_transfer]
     return Workload(
         jobs=plans,
         transfer_job=transfer_job,
@@ -231,7 +312,14 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         flow_source=np.concatenate([p.source for p in parts])[flow_transfer],
         flow_destination=np.concatenate([p.destination for p in parts])[flow_transfer],
         flow_size_bytes=split_bytes(sizes[flow_transfer], flows_per_transfer[flow_transfer], qp_index),
-        flow_source_port=udp_source_port(source_qp),
+        flow_source_port=source_port,
         flow_destination_qp=destination_qp,
-        flow_channel=transfer_channel[flow_transfer].astype(np.int32) if pinned else None,
+        pinned_offsets=pinned_offsets,
+        pinned_channels=pinned_channels,
+        flow_rate_bps=flow_rate,
     )
+
+
+def _or_zeros(values: np.ndarray | None, part: JobTransfers) -> np.ndarray:
+    """`values` (one per transfer of `part`), or zeros."""
+    return values if values is not None else np.zeros(len(part.sizes), dtype=np.int64)

@@ -152,11 +152,13 @@ def test_ring_workloads_are_bit_identical_to_the_foundations():
         dict(ring(4, 999, iterations=3, placement="RANDOM"), collective="ALL_GATHER"),
     ]
     workload = build_workload(spec_with(*jobs, seed=11), FABRIC)
-    # Fields that only SHARP fills (flows pinned to a channel, switch endpoints) are empty here.
-    assert workload.flow_channel is None and not workload.endpoint_names
+    # Fields that only SHARP and point-to-point options fill (pinned paths, rate caps, switch
+    # endpoints) are empty here.
+    optional = ("pinned_offsets", "pinned_channels", "flow_rate_bps")
+    assert all(getattr(workload, name) is None for name in optional) and not workload.endpoint_names
     digest = hashlib.sha256()
     for field in dataclasses.fields(workload):
-        if field.name not in ("jobs", "flow_channel", "endpoint_names"):
+        if field.name not in ("jobs", "endpoint_names", *optional):
             array = np.ascontiguousarray(getattr(workload, field.name))
             digest.update(field.name.encode() + array.dtype.str.encode() + array.tobytes())
     assert digest.hexdigest() == "36e0d16832212e347bbc07bd7097698e0453590dc11b7858ae88b36514401557"

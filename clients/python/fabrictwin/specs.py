@@ -24,6 +24,8 @@ __all__ = [
     "link_down",
     "load_balancing",
     "marginal_transceiver",
+    "point_to_point_flow",
+    "point_to_point_job",
     "simulation_spec",
 ]
 
@@ -64,6 +66,67 @@ def collective_job(
         chunks=chunks,
     )
     return job
+
+
+def point_to_point_flow(
+    source: str,
+    destination: str,
+    size: int | str,
+    *,
+    start_ns: int = 0,
+    path: Iterable[str] = (),
+    path_links: Iterable[str] = (),
+    udp_source_port: int = 0,
+    rate_gbps: float = 0.0,
+) -> simulation_pb2.FlowSpec:
+    """One flow of a point-to-point job: `size` bytes (or text such as "64MiB") from host `source` to
+    host `destination`, starting `start_ns` into the job.
+
+    To replay a flow as observed on a live fabric:
+
+    - `path`: node names from the source host to the destination host (one link between each
+      consecutive pair), or `path_links`: link display names (`leaf-0/p3<->spine-1/p1`) in order from
+      the source, where two nodes have parallel links. The flow then takes exactly that path in every
+      load-balancing mode (it is never rebalanced); give one of the two, not both.
+    - `udp_source_port`: the UDP source port of the flow's 5-tuple (1..65535; 0 derives it from the QP
+      number), which ECMP hashes for a flow that is not pinned.
+    - `rate_gbps`: a cap on the flow's sending rate in Gb/s (0: line rate).
+
+    >>> flow = point_to_point_flow("host-0", "host-9", "64MiB", path=["host-0", "leaf-0", "spine-1",
+    ...     "leaf-2", "host-9"], udp_source_port=49200, rate_gbps=25)
+    >>> flow.size_bytes, list(flow.path)[2], flow.udp_source_port, flow.rate_gbps
+    (67108864, 'spine-1', 49200, 25.0)
+    """
+    return simulation_pb2.FlowSpec(
+        source=source,
+        destination=destination,
+        size_bytes=parse_size(size),
+        start_ns=start_ns,
+        path=list(path),
+        path_links=list(path_links),
+        udp_source_port=udp_source_port,
+        rate_gbps=rate_gbps,
+    )
+
+
+def point_to_point_job(
+    flows: Iterable[simulation_pb2.FlowSpec],
+    *,
+    label: str = "",
+    start_ns: int = 0,
+    iterations: int = 0,
+    qps_per_connection: int = 0,
+) -> simulation_pb2.Job:
+    """A COLLECTIVE_POINT_TO_POINT job of `flows` (`point_to_point_flow`); each flow is a connection and
+    its `iterations` run back to back. Zero values leave the server's defaults."""
+    return simulation_pb2.Job(
+        label=label,
+        collective=simulation_pb2.COLLECTIVE_POINT_TO_POINT,
+        flows=list(flows),
+        start_ns=start_ns,
+        iterations=iterations,
+        qps_per_connection=qps_per_connection,
+    )
 
 
 def load_balancing(

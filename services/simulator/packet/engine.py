@@ -28,7 +28,7 @@ from services.simulator.packet.report import (
     report_pause_deadlock,
     run_result,
 )
-from services.simulator.paths import FlowRoutes, _Walker, unique_rows
+from services.simulator.paths import FlowRoutes, _Walker, pinned_path_rows, unique_rows
 from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
@@ -66,7 +66,9 @@ class _Arrays:
         flows = workload.flow_count
         self._workload, self._config = workload, config
         self.destinations, dest_slot = np.unique(workload.flow_destination, return_inverse=True)
-        self.num_dest = len(self.destinations)
+        # Pinned flows forward by tables of their own: slots after the destinations' (`_pin_slots`).
+        pin_slot = self._pin_slots(snapshot, workload)
+        self.num_dest = len(self.destinations) + self.pin_slot_count
         self.install_routes(snapshot, routes, flow_route)
 
         rate = snapshot.channel_rate_bps().astype(np.float64)
@@ -122,6 +124,9 @@ class _Arrays:
         # Flows.
         self.f_dst_node = snapshot.host_nodes[workload.flow_destination].astype(np.int32)
         self.f_dst_slot = dest_slot.astype(np.int32).reshape(-1)
+        if pin_slot is not None:
+            pinned = workload.pinned
+            self.f_dst_slot[pinned] = len(self.destinations) + pin_slot
         self.f_size = workload.flow_size_bytes.astype(np.int64)
         self.f_sent = np.zeros(flows, dtype=np.int64)
         self.f_recv = np.zeros(flows, dtype=np.int64)
@@ -168,6 +173,14 @@ class _Arrays:
         self.qi[:, L.QI_LAST_CNP] = np.iinfo(np.int64).min // 2
         self.qf = np.zeros((qps, L.QF_SIZE), dtype=np.float64)
         self.qf[self.f_qp, L.QF_LINE] = rate[self.f_first_ch]
+        # A flow's rate cap (per QP: its share of the flow's rate_gbps), where below the line rate: a
+        # static limiter paces the QP's packets (wire bytes) at it, and DCQCN treats it as the line.
+        self._capped = False
+        if workload.flow_rate_bps is not None:
+            capped = (workload.flow_rate_bps > 0) & (workload.flow_rate_bps < rate[self.f_first_ch])
+            self.qf[self.f_qp[capped], L.QF_LINE] = workload.flow_rate_bps[capped]
+            self.qi[self.f_qp[capped], L.QI_CAP] = 1
+            self._capped = bool(capped.any())
         self.qf[:, L.QF_RATE] = self.qf[:, L.QF_LINE]
         self.qf[:, L.QF_TARGET] = self.qf[:, L.QF_LINE]
         self.qf[:, L.QF_ALPHA] = 1.0  # DCQCN starts from alpha = 1
@@ -233,6 +246,7 @@ class _Arrays:
             self.pf[L.PF_RAI], self.pf[L.PF_RHAI] = d.rate_ai_bps, d.rate_hai_bps
             self.pf[L.PF_MIN_RATE] = d.min_rate_bps
         self.pr[L.PR_LINK_EVENTS] = 1 if config.link_events else 0
+        self.pr[L.PR_RATE_CAP] = 1 if self._capped else 0
         if config.vl_buffer_bytes:
             self.pr[L.PR_CREDITS] = 1
         self.rng = np.array(
@@ -256,29 +270,81 @@ class _Arrays:
         switches = np.flatnonzero(snapshot.node_kind == _NODE_KIND_SWITCH)
         self.node_row = np.full(snapshot.num_nodes, -1, dtype=np.int32)
         self.node_row[switches] = np.arange(len(switches), dtype=np.int32)
-        node_of = np.repeat(switches.astype(np.int64), self.num_dest)
+        real = len(self.destinations)
+        node_of = np.repeat(switches.astype(np.int64), real)
         dest_of = np.tile(self.destinations.astype(np.int64), len(switches))
         start, size = walker.groups(node_of, dest_of)
-        self.g_off = np.zeros(len(size) + 1, dtype=np.int64)
-        np.cumsum(size, out=self.g_off[1:])
-        member = np.arange(self.g_off[-1]) - np.repeat(self.g_off[:-1], size)
-        self.g_ch = walker.channels[np.repeat(start, size) + member].astype(np.int32)
-        self.g_next = np.zeros(len(size), dtype=np.int32)  # round-robin position of each group
+        # Groups of (switch row, slot), row-major: the destinations' slots, then the pinned flows'
+        # (one channel at each switch of their paths; empty elsewhere).
+        sizes = np.zeros((len(switches), self.num_dest), dtype=np.int64)
+        sizes[:, :real] = size.reshape(len(switches), real)
+        pin_keys = self.node_row[self.pin_node].astype(np.int64) * self.num_dest + real + self.pin_of
+        sizes.ravel()[pin_keys] = 1
+        self.g_off = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes.ravel(), out=self.g_off[1:])
+        self.g_ch = np.empty(self.g_off[-1], dtype=np.int32)
+        real_keys = (np.arange(len(switches))[:, None] * self.num_dest + np.arange(real)[None, :]).ravel()
+        member = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
+        self.g_ch[np.repeat(self.g_off[real_keys], size) + member] = walker.channels[
+            np.repeat(start, size) + member
+        ]
+        self.g_ch[self.g_off[pin_keys]] = self.pin_channel
+        self.g_next = np.zeros(sizes.size, dtype=np.int32)  # round-robin position of each group
         # ECMP: each flow's pinned path (hop h is the h-th channel); other modes use only hop 0.
         self.f_path_off = routes.offsets[flow_route].astype(np.int64)
         self.f_path_end = routes.offsets[flow_route + 1].astype(np.int64)
         self.path_ch = routes.channels.astype(np.int32)
 
+    def _pin_slots(self, snapshot: FabricSnapshot, workload: Workload) -> np.ndarray | None:
+        """Forwarding slots of the pinned flows; returns each pinned flow's slot (None: none pinned).
+
+        Every switch picks a packet's output from the group of (switch, the flow's slot), so a flow
+        whose slot holds, at each switch of its path, just the path's next channel takes that channel
+        in every mode: ECMP, ADAPTIVE, SPRAY and FLOWLET all return the only member of a group of one
+        (a pinned flow is never rebalanced). Paths share a slot where they agree at every switch they
+        have in common (first fit), which keeps the tables small. Sets `pin_slot_count` and the
+        entries (`pin_of`, `pin_node`, `pin_channel`: slot, switch, channel).
+        """
+        self.pin_slot_count = 0
+        self.pin_of = self.pin_node = self.pin_channel = np.zeros(0, dtype=np.int64)
+        pinned = workload.pinned
+        if not pinned.any():
+            return None
+        offsets, channels, row = pinned_path_rows(workload, pinned)
+        source = snapshot.channel_source()
+        slots: list[dict[int, int]] = []
+        slot_of_path = np.empty(len(offsets) - 1, dtype=np.int64)
+        for p in range(len(offsets) - 1):
+            # The switches a path leaves (its first channel leaves the source host: the NIC's port).
+            hops = {int(source[c]): int(c) for c in channels[offsets[p] + 1 : offsets[p + 1]]}
+            fits = (i for i, table in enumerate(slots) if all(table.get(n, c) == c for n, c in hops.items()))
+            slot = next(fits, len(slots))
+            if slot == len(slots):
+                slots.append({})
+            slots[slot].update(hops)
+            slot_of_path[p] = slot
+        entries = [(i, node, channel) for i, table in enumerate(slots) for node, channel in table.items()]
+        self.pin_slot_count = len(slots)
+        if entries:
+            table = np.array(entries, dtype=np.int64)
+            self.pin_of, self.pin_node, self.pin_channel = table[:, 0], table[:, 1], table[:, 2]
+        return slot_of_path[row].astype(np.int32)
+
     def _first_channels(self, snapshot: FabricSnapshot, walker: _Walker) -> np.ndarray:
         workload = self._workload
         if self._config.mode == LoadBalancingMode.ECMP:
             return self.path_ch[self.f_path_off].astype(np.int32)
-        # A QP is bound to one NIC port: the LFT choice toward its destination.
+        # A QP is bound to one NIC port: the LFT choice toward its destination, or its pinned path's.
+        pinned = workload.pinned
         source_nodes = snapshot.host_nodes[workload.flow_source].astype(np.int64)
         first, count = walker.groups(source_nodes, workload.flow_destination.astype(np.int64))
-        if (count == 0).any():
+        if (count[~pinned] == 0).any():
             raise FailedPrecondition("a source host has no route to its destination (all uplinks down)")
-        return walker.channels[first].astype(np.int32)
+        channels = walker.channels[np.where(count > 0, first, 0)].astype(np.int32)
+        if pinned.any():
+            assert workload.pinned_offsets is not None and workload.pinned_channels is not None
+            channels[pinned] = workload.pinned_channels[workload.pinned_offsets[:-1][pinned]]
+        return channels
 
     def _link_losses(self, channels: int, losses: tuple[LinkLoss, ...]) -> None:
         self.ch_loss_kind = np.zeros(channels, dtype=np.int8)

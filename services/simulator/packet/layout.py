@@ -80,6 +80,7 @@ PR_LINK_EVENTS = 34  # 1: links go down or up in this run (the link-state checks
 PR_REROUTED = 35  # 1: the routes changed during the run (ECMP packets may be on an old path)
 PR_MARK_FLOW = 36  # test hook: packet PR_MARK_PSN of this flow leaves its NIC CE-marked (-1: off)
 PR_MARK_PSN = 37
+PR_RATE_CAP = 38  # 1: some QP's rate is capped (a point-to-point flow's rate_gbps; see QI_CAP)
 PR_SIZE = 40
 
 # --- pf: float parameters -------------------------------------------------------------------------
@@ -112,11 +113,12 @@ QI_CC = 7  # RP: 1 while the QP is rate-limited
 QI_ACTIVE = 8  # the QP's flows started and not yet accounted (its timers run while any is)
 QI_ALPHA_PENDING = 9  # an alpha-timer event is in the heap
 QI_RATE_PENDING = 10  # a rate-timer event is in the heap
+QI_CAP = 11  # 1: a static rate limiter paces the QP at QF_LINE, its cap (with DCQCN: RC up to it)
 QI_SIZE = 12
 QF_RATE = 0  # current rate RC, bit/s
 QF_TARGET = 1  # target rate RT
 QF_ALPHA = 2
-QF_LINE = 3  # line rate of the QP's NIC port
+QF_LINE = 3  # line rate of the QP's NIC port, or its cap where lower (QI_CAP)
 QF_SIZE = 4
 
 # --- s_ev: per-channel counter series [bin, channel, column] (allocated with one column when the

@@ -92,6 +92,7 @@ from services.simulator.packet.layout import (
     PR_MODE,
     PR_MTU,
     PR_PFC,
+    PR_RATE_CAP,
     PR_RATE_TIMER,
     PR_REROUTED,
     PR_ROB_WORDS,
@@ -110,6 +111,7 @@ from services.simulator.packet.layout import (
     QI_ALPHA_PENDING,
     QI_B_STAGE,
     QI_BYTES,
+    QI_CAP,
     QI_CC,
     QI_LAST_CNP,
     QI_NEXT_TX,
@@ -334,6 +336,9 @@ def run_events(
     kmax = pr[PR_KMAX]
     pmax = pf[PF_PMAX]
     credits = pr[PR_CREDITS] == 1
+    # Rate-limited QPs: DCQCN's limiter, or a static cap (a flow's rate_gbps): both pace by QI_NEXT_TX.
+    capped = pr[PR_RATE_CAP] == 1
+    paced_qps = dcqcn or capped
     # Link state is checked on the hot paths only when links can fail in this run; ECMP packets can
     # be on an old path only after a reroute (the flag is set then, between slices).
     links_fail = pr[PR_LINK_EVENTS] == 1
@@ -585,13 +590,17 @@ def run_events(
         f = ch_rr[c]
         if f < 0 or ch_paused[c] or (links_fail and cn[c, CN_DOWN]):
             return
-        if gbn or dcqcn:
+        if gbn or paced_qps:
             tried = 0
             wake = -1
             while True:
                 if gbn and f_snd_nxt[f] - f_snd_una[f] >= window_pkts:
                     pass  # its window is full
-                elif dcqcn and qi[f_qp[f], QI_CC] == 1 and qi[f_qp[f], QI_NEXT_TX] > now:
+                elif (
+                    paced_qps
+                    and (qi[f_qp[f], QI_CC] == 1 or (capped and qi[f_qp[f], QI_CAP] == 1))
+                    and qi[f_qp[f], QI_NEXT_TX] > now
+                ):
                     if wake < 0 or qi[f_qp[f], QI_NEXT_TX] < wake:
                         wake = qi[f_qp[f], QI_NEXT_TX]
                 else:
@@ -628,6 +637,9 @@ def run_events(
             sc[SC_MARK_DONE] = 1
         if dcqcn and qi[f_qp[f], QI_CC] == 1:
             paced(f_qp[f], payload + header, now)
+        elif capped and qi[f_qp[f], QI_CAP] == 1:  # a static limiter: wire bytes at the cap
+            q = f_qp[f]
+            qi[q, QI_NEXT_TX] = max(qi[q, QI_NEXT_TX], now) + int((payload + header) * 8e12 / qf[q, QF_LINE])
         if gbn:
             f_snd_nxt[f] = seq + 1
             if seq < f_high[f]:

@@ -25,6 +25,7 @@ from services.simulator.packet.config import LinkLoss, PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
 from services.simulator.packet.report import PacketRun
 from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
+from services.simulator.pinning import flow_option_notes
 from services.simulator.placement import HostDirectory
 from services.simulator.results import (
     ChannelTotals,
@@ -43,7 +44,7 @@ from services.simulator.spec import (
     Transport,
 )
 from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings
-from services.simulator.workload import build_workload
+from services.simulator.workload import Workload, build_workload
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "packet_model_notes", "run_packet_simulation"]
 
@@ -100,6 +101,7 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             f"F={settings.fast_recovery_stages}). Rate state is per QP and carries from one transfer of "
             "a connection to the next; its timers pause while the QP has nothing to send."
         )
+    notes += flow_option_notes(spec)
     for fault in spec.faults:
         notes.append(
             f"Fault on link {fault.link}: {fault.kind.value} from {fault.start_ns} ns"
@@ -175,6 +177,27 @@ def _hops(routes: FlowRoutes) -> np.ndarray:
     )
 
 
+def _cap_overcount_ns(
+    spec: SimulationSpec, snapshot: FabricSnapshot, workload: Workload, header: int
+) -> np.ndarray:
+    """int64 [F]: what the ideal's bytes-over-the-cap term counts beyond a capped flow's real pacing.
+
+    The limiter spaces a flow's packets at its cap, but its last packet leaves at the line rate:
+    bytes / (cap x payload share) overcounts that packet by its payload share at the cap less its
+    wire bytes at the line rate (taken at the fastest host link: the bound stays a bound).
+    """
+    assert workload.flow_rate_bps is not None
+    cap = workload.flow_rate_bps
+    size, mtu = workload.flow_size_bytes, spec.mtu_bytes
+    last = size - (np.maximum(-(-size // mtu), 1) - 1) * mtu  # payload of the last packet
+    from_host = snapshot.node_kind[snapshot.channel_source()] != _NODE_KIND_SWITCH
+    line = float(snapshot.channel_rate_bps()[from_host].max())
+    with np.errstate(divide="ignore"):
+        at_cap = np.where(cap > 0, last * (1 + header / mtu) * 8e9 / cap, 0.0)
+    over = np.where(cap > 0, at_cap - (last + header) * 8e9 / line, 0.0).clip(min=0.0)
+    return np.ceil(over).astype(np.int64)
+
+
 def run_packet_simulation(
     spec: SimulationSpec,
     snapshot: FabricSnapshot,
@@ -200,6 +223,8 @@ def run_packet_simulation(
     packet_ns = packet_bytes * 8e9 / slowest_host_link
     hops_after_first = (_hops(routes) - 1).clip(min=0)[flow_route]
     flow_latency = routes.latency_ns[flow_route] + np.ceil(hops_after_first * packet_ns).astype(np.int64)
+    if workload.flow_rate_bps is not None:
+        flow_latency -= _cap_overcount_ns(spec, snapshot, workload, header)
     names = HostDirectory(snapshot).names
     ideals = [
         ideal_completion_ns(plan, workload, j, flow_latency, snapshot, payload_fraction)
