@@ -58,8 +58,10 @@ class Exporters:
         self.url = ""
 
     def text(self, node: str) -> str:
-        lines = ["# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
-                 "# TYPE node_network_transmit_bytes_total counter"]  # fmt: skip
+        lines = [
+            "# HELP node_network_transmit_bytes_total Network device statistic transmit_bytes.",
+            "# TYPE node_network_transmit_bytes_total counter",
+        ]
         for device, values in sorted(self.devices.get(node, {}).items()):
             label = f'device="{device}"'
             lines.append(f"node_network_transmit_bytes_total{{{label}}} {values['tx']:.0f}")
@@ -134,84 +136,80 @@ def start_counters(exporters: Exporters) -> None:
         exporters.devices[spine] = {f"swp{p}": {"tx": 0, "rx": 0} for p in (1, 2)}
 
 
-def test_the_mirror_imports_the_cabling_ingests_every_poll_and_follows_link_states(
-    client, exporters, tmp_path
-):
+@pytest.fixture
+def config_text(exporters, tmp_path):
+    """The mirror.toml of a 2-leaf, 2-spine, 4-host fabric whose LLDP tables and exporters are up."""
     write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
     start_counters(exporters)
-    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
-    try:
-        done = mirror.start()
-        assert done[0] == "imported fabrics/ls from LLDP: 4 switches, 4 hosts, 8 links"
-        links = {link.display_name: link for link in client.fabrics.links("ls")}
-        # Speeds from node_network_speed_bytes where an exporter reports the port; hosts report none.
-        assert links["spine-0/p1<->leaf-0/p3"].speed_gbps == GBPS
-        assert links["leaf-0/p1<->host-0/p1"].speed_gbps == GBPS  # the leaf end is reported
-        first = mirror.poll()
-        assert (first.scraped, first.failed, first.ports) == (4, {}, 12)  # `lo` is no fabric port
-        exporters.devices["leaf-0"]["swp3"]["tx"] += 5_000_000
-        second = mirror.poll()
-        assert second.stored == first.stored == 12 and second.link_changes == []
-        series = list(client.telemetry.query_series("ls-live", "tx_bytes", ports=["leaf-0/p3"]))
-        assert sum(value for s in series for value in s.values if value == value) == 5_000_000
+    return mirror_config(exporters, tmp_path / "lldp")
 
-        exporters.devices["leaf-0"]["swp4"]["up"] = 0
-        down = mirror.poll()
-        assert [(c.link, c.state) for c in down.link_changes] == [("spine-1/p1<->leaf-0/p4", "DOWN")]
-        assert client.fabrics.link("ls", "spine-1/p1<->leaf-0/p4").state == 2  # LINK_STATE_DOWN
-        assert mirror.poll().link_changes == []  # said once
-        exporters.devices["leaf-0"]["swp4"]["up"] = 1
-        up = mirror.poll()
-        assert [(c.link, c.state) for c in up.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
-    finally:
-        mirror.close()
+
+@pytest.fixture
+def mirror(client, config_text):
+    mirror = FabricMirror(client, parse_mirror_config(config_text))
+    yield mirror
+    mirror.close()
+
+
+def test_the_mirror_imports_the_cabling_ingests_every_poll_and_follows_link_states(
+    client, exporters, mirror, tmp_path
+):
+    done = mirror.start()
+    assert done[0] == "imported fabrics/ls from LLDP: 4 switches, 4 hosts, 8 links"
+    links = {link.display_name: link for link in client.fabrics.links("ls")}
+    # Speeds from node_network_speed_bytes where an exporter reports the port; hosts report none.
+    assert links["spine-0/p1<->leaf-0/p3"].speed_gbps == GBPS
+    assert links["leaf-0/p1<->host-0/p1"].speed_gbps == GBPS  # the leaf end is reported
+    first = mirror.poll()
+    assert (first.scraped, first.failed, first.ports) == (4, {}, 12)  # `lo` is no fabric port
+    exporters.devices["leaf-0"]["swp3"]["tx"] += 5_000_000
+    second = mirror.poll()
+    assert second.stored == first.stored == 12 and second.link_changes == []
+    series = list(client.telemetry.query_series("ls-live", "tx_bytes", ports=["leaf-0/p3"]))
+    assert sum(value for s in series for value in s.values if value == value) == 5_000_000
+
+    exporters.devices["leaf-0"]["swp4"]["up"] = 0
+    down = mirror.poll()
+    assert [(c.link, c.state) for c in down.link_changes] == [("spine-1/p1<->leaf-0/p4", "DOWN")]
+    assert client.fabrics.link("ls", "spine-1/p1<->leaf-0/p4").state == 2  # LINK_STATE_DOWN
+    assert mirror.poll().link_changes == []  # said once
+    exporters.devices["leaf-0"]["swp4"]["up"] = 1
+    up = mirror.poll()
+    assert [(c.link, c.state) for c in up.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
 
 
 def test_a_hanging_or_malformed_target_is_reported_and_backed_off_while_the_others_are_stored(
-    client, exporters, tmp_path
+    client, exporters, mirror, tmp_path
 ):
-    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
-    start_counters(exporters)
-    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
-    try:
-        mirror.start()
-        exporters.hang.add("spine-0")
-        exporters.broken["spine-1"] = 'node_network_transmit_bytes_total{device="swp1" 12\n'
-        started = time.monotonic()
-        report = mirror.poll()
-        assert time.monotonic() - started < 2.5  # one timeout (1 s), not one per target in turn
-        assert report.failed["spine-0"] == "timed out after 1 s"
-        assert report.failed["spine-1"].startswith("cannot parse: spine-1")
-        assert ":1:" in report.failed["spine-1"]  # names the line
-        assert report.scraped == 2 and report.stored == 8  # both leaves, four ports each
-        again = mirror.poll()
-        assert sorted(again.skipped) == ["spine-0", "spine-1"]  # backing off one interval
-        assert again.scraped == 2
-    finally:
-        mirror.close()
+    mirror.start()
+    exporters.hang.add("spine-0")
+    exporters.broken["spine-1"] = 'node_network_transmit_bytes_total{device="swp1" 12\n'
+    started = time.monotonic()
+    report = mirror.poll()
+    assert time.monotonic() - started < 2.5  # one timeout (1 s), not one per target in turn
+    assert report.failed["spine-0"] == "timed out after 1 s"
+    assert report.failed["spine-1"].startswith("cannot parse: spine-1")
+    assert ":1:" in report.failed["spine-1"]  # names the line
+    assert report.scraped == 2 and report.stored == 8  # both leaves, four ports each
+    again = mirror.poll()
+    assert sorted(again.skipped) == ["spine-0", "spine-1"]  # backing off one interval
+    assert again.scraped == 2
 
 
-def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, exporters, tmp_path):
-    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
-    start_counters(exporters)
-    config_text = mirror_config(exporters, tmp_path / "lldp")
-    mirror = FabricMirror(client, parse_mirror_config(config_text))
-    try:
-        mirror.start()
-        assert mirror.refresh_cabling().changed is False
-        # A second cable per leaf-spine pair: the leaves' uplinks move to swp3-swp6.
-        write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2, parallel_links=2))
-        report = mirror.refresh_cabling()
-        assert report.changed and len(report.added) == 7 and len(report.removed) == 3
-        assert "leaf-0:swp4 <-> spine-1:swp1" in report.removed
-        assert "leaf-0:swp4 <-> spine-0:swp2" in report.added
-        assert (report.fabric, report.source) == ("ls-v2", "ls-live-v2")
-        assert client.fabrics.get("ls").link_count == 8  # the old version stays as it was
-        assert client.fabrics.get("ls-v2").link_count == 12
-        assert client.telemetry.get_source("ls-live-v2").fabric == "fabrics/ls-v2"
-        assert mirror.poll().fabric == "ls-v2"
-    finally:
-        mirror.close()
+def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, mirror, config_text, tmp_path):
+    mirror.start()
+    assert mirror.refresh_cabling().changed is False
+    # A second cable per leaf-spine pair: the leaves' uplinks move to swp3-swp6.
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2, parallel_links=2))
+    report = mirror.refresh_cabling()
+    assert report.changed and len(report.added) == 7 and len(report.removed) == 3
+    assert "leaf-0:swp4 <-> spine-1:swp1" in report.removed
+    assert "leaf-0:swp4 <-> spine-0:swp2" in report.added
+    assert (report.fabric, report.source) == ("ls-v2", "ls-live-v2")
+    assert client.fabrics.get("ls").link_count == 8  # the old version stays as it was
+    assert client.fabrics.get("ls-v2").link_count == 12
+    assert client.telemetry.get_source("ls-live-v2").fabric == "fabrics/ls-v2"
+    assert mirror.poll().fabric == "ls-v2"
     # A restarted mirror goes on with the newest version.
     again = FabricMirror(client, parse_mirror_config(config_text))
     try:
@@ -221,31 +219,53 @@ def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, ex
         again.close()
 
 
+def test_the_cli_imports_a_directory_of_lldp_tables_and_prints_what_it_noticed(services, tmp_path, capsys):
+    from fabrictwin.cli import main
+
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    (tmp_path / "lldp" / "host-3.json").write_text('{"lldp": {}}')  # host-3 has not heard leaf-1 yet
+    argv = [
+        f"--topology={services['topology']}",
+        "fabric",
+        "import",
+        str(tmp_path / "lldp"),
+        "--format",
+        "lldp",
+        "--id",
+        "ls",
+        "--port-speed",
+        "leaf-0/swp3=100",
+        "--json",
+    ]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["link_count"] == 8
+    assert "note: one-sided link leaf-1:swp2 <-> host-3:eth0" in err
+    assert main([*argv[:-1], "--format", "json"]) == 2  # --port-speed is for lldp only
+    assert "--port-speed applies to --format lldp only" in capsys.readouterr().err
+    (tmp_path / "lldp" / "leaf-0.json").write_text('{"lldp": {"interface": ')
+    assert main([*argv[:6], "--id", "bad"]) == 1
+    assert "documents['leaf-0.json']: line 1: not JSON" in capsys.readouterr().err
+
+
 def test_a_neighbour_vanishing_from_lldp_sets_its_link_down_and_back_up_when_heard_again(
-    client, exporters, tmp_path
+    client, exporters, mirror, tmp_path
 ):
-    fabric = leaf_spine(2, 2, 2)
-    write_lldp(tmp_path / "lldp", fabric)
-    start_counters(exporters)
-    mirror = FabricMirror(client, parse_mirror_config(mirror_config(exporters, tmp_path / "lldp")))
-    try:
-        mirror.start()
-        for node, peer in (("leaf-0", "spine-1"), ("spine-1", "leaf-0")):  # both ends stop hearing
-            path = tmp_path / "lldp" / f"{node}.json"
-            table = json.loads(path.read_text())
-            entries = table["lldp"]["interface"]
-            table["lldp"]["interface"] = [e for e in entries if peer not in next(iter(e.values()))["chassis"]]
-            path.write_text(json.dumps(table))
-        report = mirror.refresh_cabling()
-        assert not report.changed and report.removed == ["leaf-0:swp4 <-> spine-1:swp1"]
-        assert [(c.link, c.state, c.reason) for c in report.link_changes] == [
-            ("spine-1/p1<->leaf-0/p4", "DOWN", "LLDP neighbour vanished")
-        ]
-        write_lldp(tmp_path / "lldp", fabric)
-        back = mirror.refresh_cabling()
-        assert [(c.link, c.state) for c in back.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
-    finally:
-        mirror.close()
+    mirror.start()
+    for node, peer in (("leaf-0", "spine-1"), ("spine-1", "leaf-0")):  # both ends stop hearing
+        path = tmp_path / "lldp" / f"{node}.json"
+        table = json.loads(path.read_text())
+        entries = table["lldp"]["interface"]
+        table["lldp"]["interface"] = [e for e in entries if peer not in next(iter(e.values()))["chassis"]]
+        path.write_text(json.dumps(table))
+    report = mirror.refresh_cabling()
+    assert not report.changed and report.removed == ["leaf-0:swp4 <-> spine-1:swp1"]
+    assert [(c.link, c.state, c.reason) for c in report.link_changes] == [
+        ("spine-1/p1<->leaf-0/p4", "DOWN", "LLDP neighbour vanished")
+    ]
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    back = mirror.refresh_cabling()
+    assert [(c.link, c.state) for c in back.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
 
 
 def test_the_cli_mirrors_until_sigterm_printing_json_lines(services, exporters, tmp_path):
@@ -253,8 +273,17 @@ def test_the_cli_mirrors_until_sigterm_printing_json_lines(services, exporters, 
     start_counters(exporters)
     path = tmp_path / "mirror.toml"
     path.write_text(mirror_config(exporters, tmp_path / "lldp"))
-    command = [sys.executable, "-m", "fabrictwin.cli", f"--topology={services['topology']}",
-               f"--telemetry={services['telemetry']}", "mirror", "--config", str(path), "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "fabrictwin.cli",
+        f"--topology={services['topology']}",
+        f"--telemetry={services['telemetry']}",
+        "mirror",
+        "--config",
+        str(path),
+        "--json",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     try:

@@ -16,6 +16,7 @@ from fabrictwin.cli_common import (
     leaf,
     message_dict,
     subcommands,
+    warn,
 )
 from fabrictwin.client import Client
 from fabrictwin.format import fabrics_table
@@ -170,33 +171,29 @@ def _port_speeds(values: list[str]) -> dict[str, float]:
 
 
 def _import(client: Client, args: argparse.Namespace) -> int:
-    if args.format == "lldp":
+    common = {
+        "fabric_id": args.id,
+        "display_name": args.display_name,
+        "routing_engine": args.routing,
+        "default_link_speed_gbps": args.default_speed_gbps,
+        "default_link_latency_ns": args.default_latency_ns,
+    }
+    if args.format == "lldp":  # one document per node: a directory or a tar archive
         fabric = client.fabrics.import_lldp(
-            args.file,
-            fabric_id=args.id,
-            display_name=args.display_name,
-            routing_engine=args.routing,
-            default_link_speed_gbps=args.default_speed_gbps,
-            default_link_latency_ns=args.default_latency_ns,
-            port_speeds_gbps=_port_speeds(args.port_speed),
+            args.file, port_speeds_gbps=_port_speeds(args.port_speed), **common
         )
-        emit(args, fabric, _fabric_row)
-        for note in fabric.import_notes:
-            print(f"note: {note}", file=sys.stderr)
-        return 0
-    if args.port_speed:
+    elif args.port_speed:
         raise InputError("--port-speed applies to --format lldp only")
-    fabric = client.fabrics.import_(
-        args.format,
-        _read_input(args.file),
-        fabric_id=args.id,
-        display_name=args.display_name,
-        routing_engine=args.routing,
-        default_link_speed_gbps=args.default_speed_gbps,
-        default_link_latency_ns=args.default_latency_ns,
-        take_slower_end_on_speed_mismatch=args.take_slower_end,
-    )
+    else:
+        fabric = client.fabrics.import_(
+            args.format,
+            _read_input(args.file),
+            take_slower_end_on_speed_mismatch=args.take_slower_end,
+            **common,
+        )
     emit(args, fabric, _fabric_row)
+    for note in fabric.import_notes:
+        warn(f"note: {note}")
     return 0
 
 
