@@ -24,11 +24,14 @@ from services.simulator.faults import FaultKind, RerouteModel, resolve_link
 from services.simulator.packet.config import LinkEvent, RoutingEpoch
 from services.simulator.paths import route_workload
 from services.simulator.pinning import pinned_flows_by_link
+from services.simulator.placement import HostDirectory
 from services.simulator.spec import SimulationSpec
 from services.simulator.transport import reroute_delay_ns
 from services.simulator.workload import Workload
 
-__all__ = ["WhatIf", "down_sets", "link_fault_plan"]
+__all__ = ["WhatIf", "check_routes_survive", "down_sets", "link_fault_plan"]
+
+_NODE_KIND_SWITCH, _LINK_STATE_DOWN = 2, 2
 
 # A what-if routing per set of down links (sorted link indices): the snapshot and the seconds the
 # routing engine took to recompute it.
@@ -88,6 +91,69 @@ def down_sets(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[tuple[int,
                     "pinned across it and a pinned flow is never rerouted: it could never finish; set end_ns",
                 )
     return sorted({s for s in _down_after_each(changes) if s})
+
+
+def _reach(snapshot: FabricSnapshot, down: tuple[int, ...]) -> dict[int, set[int]]:
+    """Host node -> the connected parts of the switch fabric it reaches, with links `down` DOWN too
+    (hosts do not forward: parts are joined through switches only)."""
+    up = snapshot.link_state != _LINK_STATE_DOWN
+    up[list(down)] = False
+    a, b = snapshot.link_a.astype(np.int64), snapshot.link_b.astype(np.int64)
+    switch = snapshot.node_kind == _NODE_KIND_SWITCH
+    inner = up & switch[a] & switch[b]
+    label = np.arange(snapshot.num_nodes)
+    while True:  # smallest node index of each part, by propagation along switch links
+        spread = label.copy()
+        np.minimum.at(spread, a[inner], label[b[inner]])
+        np.minimum.at(spread, b[inner], label[a[inner]])
+        spread = spread[spread]
+        if np.array_equal(spread, label):
+            break
+        label = spread
+    reach: dict[int, set[int]] = {int(h): set() for h in snapshot.host_nodes}
+    for x, y in ((a, b), (b, a)):
+        attach = up & ~switch[x] & switch[y]
+        for host, part in zip(x[attach].tolist(), label[y[attach]].tolist(), strict=True):
+            reach.setdefault(host, set()).add(part)
+    return reach
+
+
+def check_routes_survive(spec: SimulationSpec, snapshot: FabricSnapshot, placed: list[np.ndarray]) -> None:
+    """Refuse a LINK_DOWN for good (no end_ns) after which some routed flow's hosts no longer reach
+    each other: the collective could never finish (InvalidArgument naming the fault's link).
+
+    Connectivity stands for the routes the topology service would recompute, which reach whatever
+    is connected; `link_fault_plan` still refuses, in the worker, a routing that does not.
+    """
+    changes = _changes(spec, snapshot)
+    if not any(not c.up and not spec.faults[c.fault].end_ns for c in changes):
+        return
+    directory = HostDirectory(snapshot)
+    host_nodes = snapshot.host_nodes
+    for change, down in zip(changes, _down_after_each(changes), strict=True):
+        if change.up or spec.faults[change.fault].end_ns:
+            continue
+        reach = _reach(snapshot, down)
+        for j, (job, hosts) in enumerate(zip(spec.jobs, placed, strict=True)):
+            if job.flows:
+                pairs = [
+                    (directory.lookup(f.source, ""), directory.lookup(f.destination, ""))
+                    for f in job.flows
+                    if not f.pinned
+                ]
+            else:
+                common = set.intersection(*(reach[int(host_nodes[h])] for h in hosts)) if len(hosts) else {0}
+                pairs = [] if common else [(int(hosts[0]), int(h)) for h in hosts[1:]]
+            for source, destination in pairs:
+                if reach[int(host_nodes[source])] & reach[int(host_nodes[destination])]:
+                    continue
+                names = snapshot.node_names
+                raise InvalidArgument(
+                    f"faults[{change.fault}].link",
+                    f"taking {snapshot.link_names[change.link]} down for good leaves no route from "
+                    f"{names[host_nodes[source]]} to {names[host_nodes[destination]]} (jobs[{j}]); the "
+                    "collective could never finish: set end_ns",
+                )
 
 
 def link_fault_plan(

@@ -24,12 +24,12 @@ import numpy as np
 from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc, topology_pb2, topology_pb2_grpc
 
 from services.common.arrays import to_numeric_array
-from services.common.errors import FailedPrecondition
-from services.common.peers import auth_metadata, domain_error, peer_channel
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.peers import PeerAuth, auth_metadata, domain_error, peer_channel
 from services.common.snapshot import FabricSnapshot
 from services.simulator.series import ChannelSeries
 
-__all__ = ["SnapshotSource", "export_series"]
+__all__ = ["SnapshotSource", "check_telemetry_source", "export_series"]
 
 ROWS_PER_BATCH = 50_000
 
@@ -37,8 +37,9 @@ ROWS_PER_BATCH = 50_000
 class SnapshotSource:
     """Snapshots from the topology service, cached by (fabric, routing_version, down links)."""
 
-    def __init__(self, address: str, auth_token: str = "", cache_size: int = 8) -> None:
+    def __init__(self, address: str, auth_token: PeerAuth | str = "", cache_size: int = 8) -> None:
         self._address = address
+        self._auth = auth_token
         self._metadata = auth_metadata(auth_token)
         self._channel: grpc.aio.Channel | None = None
         self._cache: collections.OrderedDict[tuple[str, int, tuple[int, ...]], FabricSnapshot] = (
@@ -48,7 +49,7 @@ class SnapshotSource:
 
     def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
         if self._channel is None:
-            self._channel = peer_channel(self._address)
+            self._channel = peer_channel(self._address, self._auth)
         return topology_pb2_grpc.TopologyServiceStub(self._channel)
 
     async def get(self, fabric: str) -> FabricSnapshot:
@@ -144,11 +145,11 @@ async def export_series(
     simulation: str,
     series: ChannelSeries,
     names: list[str],
-    auth_token: str = "",
+    auth_token: PeerAuth | str = "",
 ) -> int:
     """Create the SIMULATED source (ALREADY_EXISTS is fine) and ingest the series; returns rows stored."""
     metadata = auth_metadata(auth_token)
-    async with peer_channel(address) as channel:
+    async with peer_channel(address, auth_token) as channel:
         stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
         source = telemetry_pb2.Source(
             kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
@@ -173,3 +174,36 @@ async def export_series(
         reason = reply.reasons[0].reason if reply.reasons else "no reason given"
         raise FailedPrecondition(f"telemetry rejected {reply.rejected} of the series rows: {reason}")
     return int(reply.stored + reply.duplicates)
+
+
+TELEMETRY_CHECK_SECONDS = 5.0
+
+
+async def check_telemetry_source(
+    address: str, source_id: str, fabric: str, auth_token: PeerAuth | str = ""
+) -> None:
+    """Before a run is accepted: the telemetry service answers, and `source_id` is free (the run
+    creates it) or a SIMULATED source not bound to another fabric. Errors name `spec.telemetry_source`;
+    a telemetry service that does not answer within TELEMETRY_CHECK_SECONDS is Unavailable."""
+    field = "spec.telemetry_source"
+    async with peer_channel(address, auth_token) as channel:
+        stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+        try:
+            source = await stub.GetSource(
+                telemetry_pb2.GetSourceRequest(name=f"sources/{source_id}"),
+                metadata=auth_metadata(auth_token),
+                timeout=TELEMETRY_CHECK_SECONDS,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return
+            raise domain_error(exc, f"telemetry ({address})", field) from exc
+    if source.kind == telemetry_pb2.SOURCE_KIND_LIVE:
+        raise InvalidArgument(
+            field,
+            f"sources/{source_id} holds a live cluster's counters; a run's series go to a SIMULATED source",
+        )
+    if source.fabric and source.fabric != fabric:
+        raise InvalidArgument(
+            field, f"sources/{source_id} is bound to {source.fabric}, and this simulation runs on {fabric}"
+        )

@@ -16,6 +16,8 @@ import numpy as np
 
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
+from services.simulator.bounds import run_limit_notes, run_time_limit_ns
+from services.simulator.checks import check_simulation
 from services.simulator.flow_model import Cancelled, simulate_flows
 from services.simulator.link_faults import WhatIf
 from services.simulator.packet.outcome import run_packet_simulation
@@ -36,7 +38,6 @@ from services.simulator.spec import (
     LoadBalancingMode,
     SimulationSpec,
     Transport,
-    validate_spec,
 )
 from services.simulator.workload import build_workload
 
@@ -105,14 +106,14 @@ def run_simulation(
     wall = time.perf_counter()
     if not isinstance(spec, SimulationSpec):
         spec = SimulationSpec.from_dict(spec)
-    validate_spec(spec)
+    check_simulation(spec, snapshot)  # what StartSimulation checked, for core callers too
     assert spec.load_balancing is not None
     if spec.fidelity == Fidelity.PACKET:
         return run_packet_simulation(spec, snapshot, progress, what_if)
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
     run = simulate_flows(
-        workload, flow_route, routes, snapshot.channel_rate_bps(), spec.time_limit_ns, progress
+        workload, flow_route, routes, snapshot.channel_rate_bps(), run_time_limit_ns(spec), progress
     )
     interval = spec.sample_interval_ns or default_sample_interval_ns(run.end_ns)
     route_count = len(routes.latency_ns)
@@ -152,12 +153,7 @@ def run_simulation(
         )
         for j, plan in enumerate(workload.jobs)
     ]
-    notes = model_notes(spec)
-    if run.time_limited:
-        unfinished = [job.label for job in jobs if not job.completed]
-        notes.append(
-            f"Stopped at time_limit_ns={spec.time_limit_ns}; unfinished jobs: {', '.join(unfinished)}."
-        )
+    notes = model_notes(spec) + run_limit_notes(spec, jobs, run.time_limited, series.interval_ns)
     rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
     return SimulationOutcome(
         fabric=snapshot.fabric,
@@ -170,7 +166,7 @@ def run_simulation(
         uplink_skew=uplink_skew(snapshot, totals, rank_hosts, run.end_ns),
         events=run.events,
         wall_seconds=time.perf_counter() - wall,
-        sample_interval_ns=interval,
+        sample_interval_ns=series.interval_ns,
         model_notes=notes,
     )
 

@@ -13,9 +13,13 @@ import dataclasses
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
-
-__all__ = ["MAX_SERIES_VALUES", "ChannelSeries", "channel_series", "default_sample_interval_ns"]
+__all__ = [
+    "MAX_SERIES_VALUES",
+    "ChannelSeries",
+    "channel_series",
+    "default_sample_interval_ns",
+    "widened_interval_ns",
+]
 
 MAX_SERIES_VALUES = 50_000_000  # channels x intervals kept in memory at most
 _MIN_INTERVAL_NS = 1_000
@@ -74,6 +78,30 @@ def default_sample_interval_ns(end_ns: int) -> int:
     return max(_MIN_INTERVAL_NS, -(-end_ns // 100))
 
 
+def widened_interval_ns(end_ns: int, channels: int) -> int:
+    """The finest interval in whole ns whose series of `channels` channels fit MAX_SERIES_VALUES."""
+    most_bins = max(1, MAX_SERIES_VALUES // max(1, channels) - 1)
+    return max(1, -(-end_ns // most_bins))
+
+
+def _record_in_force(
+    owner: np.ndarray, times: np.ndarray, edges: np.ndarray, channels: int, end_ns: int
+) -> np.ndarray:
+    """int64 [channels * len(edges)]: index of the last record of each channel at or before each edge
+    (-1 or another channel's where it has none; the caller checks). Records are by channel, then time."""
+    stride = end_ns + 1
+    if channels * stride < 2**62:  # (channel, time) as one int64 key: one search for all
+        keys = owner.astype(np.int64) * stride + times
+        queries = (np.arange(channels, dtype=np.int64)[:, None] * stride + edges[None, :]).ravel()
+        return np.searchsorted(keys, queries, side="right") - 1
+    # A long run on many channels: the keys would overflow int64; search channel by channel.
+    first = np.searchsorted(owner, np.arange(channels + 1))
+    at = np.empty((channels, len(edges)), dtype=np.int64)
+    for c in range(channels):
+        at[c] = first[c] + np.searchsorted(times[first[c] : first[c + 1]], edges, side="right") - 1
+    return at.ravel()
+
+
 def channel_series(
     record_time_ns: np.ndarray,
     record_channel: np.ndarray,
@@ -97,11 +125,11 @@ def channel_series(
     np.logical_or.at(carried, inverse, record_load_bps > 0)
     channels = channels[carried]
     if len(channels) * (bins + 1) > MAX_SERIES_VALUES:
-        raise InvalidArgument(
-            "sample_interval_ns",
-            f"{interval_ns} ns gives {bins} samples for each of {len(channels)} links; "
-            f"at most {MAX_SERIES_VALUES} values in all",
-        )
+        # The caller's interval gives more values than fit (checks.py refuses the certain cases up
+        # front; the run came out longer than the bound it knew): the interval that fits, noted in
+        # the outcome by the caller through the returned interval_ns.
+        interval_ns = widened_interval_ns(end_ns, len(channels))
+        bins = max(1, -(-end_ns // interval_ns))
     if not len(channels):
         empty = np.zeros((0, bins))
         return ChannelSeries(np.zeros(0, np.int32), 0, interval_ns, empty.astype(np.int64), empty)
@@ -123,10 +151,7 @@ def channel_series(
     )
     edges = np.minimum(np.arange(bins + 1, dtype=np.int64) * interval_ns, end_ns)
     # The record in force at each (channel, edge): the last one of that channel at or before it.
-    stride = end_ns + 1
-    keys = owner.astype(np.int64) * stride + times
-    queries = (np.arange(len(channels), dtype=np.int64)[:, None] * stride + edges[None, :]).ravel()
-    at = np.searchsorted(keys, queries, side="right") - 1
+    at = _record_in_force(owner, times, edges, len(channels), end_ns)
     query_channel = np.repeat(np.arange(len(channels)), bins + 1)
     valid = (at >= 0) & (owner[np.maximum(at, 0)] == query_channel)
     at = np.maximum(at, 0)

@@ -1,8 +1,15 @@
 """fabrictwin.v1.SimulationService: requests -> simulator core -> Simulation messages.
 
-StartSimulation checks the spec (and its hosts against the fabric's snapshot) before it accepts
-anything, then returns the simulation PENDING while a background task runs it in a worker
-process, shows its progress, and (with `telemetry_source`) writes its series to telemetry.
+StartSimulation runs every check a spec can fail before it accepts anything (the request's size,
+the spec's numbers and fields, the fabric's snapshot: checks.py, with admission control against
+the service's limits; the what-if routings LINK_DOWN faults need; the telemetry source), then
+returns the simulation PENDING while a background task runs it in a worker process, shows its
+progress, and (with `telemetry_source`) writes its series to telemetry.
+
+A worker that dies during a run (killed, out of memory, crashed) fails that simulation with a
+message saying how it died; the pool replaces it and later simulations run. A cancelled run whose
+worker does not stop within CANCEL_GRACE_SECONDS (compiling, or between progress reports) has its
+worker killed; stopping the service cancels every run and ends their workers.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import TypeVar
 from fabrictwin.v1 import simulation_pb2, simulation_pb2_grpc
 
 from services.common.errors import FabricTwinError, FailedPrecondition, InvalidArgument
+from services.common.peers import PeerAuth
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -23,22 +31,28 @@ from services.common.resources import (
     parse_name,
     validate_id,
 )
+from services.common.server import HealthSetter
 from services.common.snapshot import FabricSnapshot
-from services.common.workers import WorkerPool
+from services.common.workers import WorkerDied, WorkerOutOfMemory, WorkerPool
+from services.simulator.admission import DEFAULT_LIMITS, SimulationLimits, check_request_size
+from services.simulator.checks import check_simulation
 from services.simulator.convert import record_to_proto, series_to_protos, spec_from_proto
-from services.simulator.link_faults import WhatIf, down_sets
-from services.simulator.peers import SnapshotSource, export_series
+from services.simulator.link_faults import WhatIf
+from services.simulator.peers import SnapshotSource, check_telemetry_source, export_series
 from services.simulator.progress import ProgressBoard, WorkerProgress
 from services.simulator.registry import SimulationRecord, SimulationRegistry, SimulationState
 from services.simulator.runner import WorkerFailure, run_in_worker
 from services.simulator.spec import SimulationSpec, validate_spec
-from services.simulator.workload import place_jobs
 
 __all__ = ["SimulationServicer"]
 
 log = logging.getLogger("fabrictwin.simulator")
 
 POLL_SECONDS = 0.25
+CANCEL_GRACE_SECONDS = 2.0  # a cancelled run's worker gets this long to stop before it is killed
+# Signals by which a worker is stopped from outside (an operator, a supervisor): the run may be
+# retried as it was. Any other death (SIGSEGV, SIGABRT, an exit code) is a bug: INTERNAL.
+_STOPPED_FROM_OUTSIDE = {"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
 T = TypeVar("T")
 
 
@@ -48,6 +62,17 @@ def _in_spec(check: Callable[[], T]) -> T:
         return check()
     except InvalidArgument as exc:
         raise InvalidArgument(f"spec.{exc.field}", str(exc).removeprefix(f"{exc.field}: ")) from exc
+
+
+def _worker_death(exc: WorkerDied) -> tuple[str, str]:
+    """The status code and message a simulation fails with when its worker died."""
+    if exc.out_of_memory:
+        code = "RESOURCE_EXHAUSTED"
+    elif exc.signal_name in _STOPPED_FROM_OUTSIDE:
+        code = "UNAVAILABLE"
+    else:
+        code = "INTERNAL"
+    return code, f"{exc}; the simulation did not finish (a new worker runs the simulations that follow)"
 
 
 def _simulation_name(value: str, field: str) -> str:
@@ -65,7 +90,8 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         pool: WorkerPool,
         progress: ProgressBoard,
         telemetry_address: str,
-        auth_token: str = "",
+        auth_token: PeerAuth | str = "",
+        limits: SimulationLimits = DEFAULT_LIMITS,
     ) -> None:
         self._registry = registry
         self._snapshots = snapshots
@@ -73,6 +99,7 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         self._progress = progress
         self._telemetry_address = telemetry_address
         self._auth_token = auth_token
+        self._limits = limits
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[str, WorkerProgress] = {}
 
@@ -81,16 +108,21 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
             validate_id(request.simulation_id, "simulation_id") if request.simulation_id else new_id("sim")
         )
         name = f"simulations/{sim_id}"
+        check_request_size(request.spec, self._limits)  # before a listed flow is read
         spec = spec_from_proto(request.spec)
-        _in_spec(lambda: validate_spec(spec))
+        _in_spec(lambda: validate_spec(spec))  # before asking the topology service anything
         parse_name(spec.fabric, "fabrics/{fabric}", "spec.fabric")
         snapshot = await self._snapshots.get(spec.fabric)
-        _in_spec(lambda: place_jobs(spec, snapshot))
+        # Off the event loop: a large spec's placement and checks take a while.
+        accepted = await asyncio.to_thread(
+            _in_spec, lambda: check_simulation(spec, snapshot, self._limits, spec_checked=True)
+        )
         # LINK_DOWN faults: the routes with those links down, as the topology service recomputes them.
-        what_if = {
-            down: await self._snapshots.what_if(spec.fabric, down)
-            for down in _in_spec(lambda: down_sets(spec, snapshot))
-        }
+        what_if = {down: await self._snapshots.what_if(spec.fabric, down) for down in accepted.down_sets}
+        if spec.telemetry_source:
+            await check_telemetry_source(
+                self._telemetry_address, spec.telemetry_source, spec.fabric, self._auth_token
+            )
         record = self._registry.create(name, request.spec, snapshot.routing_version)
         task = asyncio.create_task(self._run(name, spec, snapshot, what_if))
         self._tasks.add(task)
@@ -153,9 +185,15 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
             if self._registry.get(name).state.terminal:
                 return
             work = asyncio.ensure_future(self._pool.run(run_in_worker, spec, snapshot, progress, what_if))
-            while not work.done():
-                await asyncio.wait({work}, timeout=POLL_SECONDS)
-                await self._show_progress(name, progress)
+            try:
+                await self._follow(name, work, progress)
+            except asyncio.CancelledError:  # the service is stopping: end the run and its worker
+                work.cancel()
+                await asyncio.wait({work}, timeout=CANCEL_GRACE_SECONDS)
+                self._registry.update(name, state=SimulationState.CANCELLED, stage="cancelled")
+                raise
+            if work.cancelled():  # cancelled, and its worker was killed for not stopping
+                return
             outcome = work.result()
             if isinstance(outcome, WorkerFailure):
                 self._fail(name, outcome.code, outcome.message)
@@ -176,11 +214,47 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
             )
         except FabricTwinError as exc:
             self._fail(name, exc.code, str(exc))
+        except WorkerDied as exc:
+            log.error("worker died", extra={"simulation": name, "reason": str(exc)})
+            self._fail(name, *_worker_death(exc))
+        except WorkerOutOfMemory as exc:
+            log.error("worker out of memory", extra={"simulation": name})
+            self._fail(name, "RESOURCE_EXHAUSTED", f"{exc}; the simulation did not finish")
         except Exception:
             log.exception("simulation failed", extra={"simulation": name})
             self._fail(name, "INTERNAL", "internal error in the simulator (see its log)")
         finally:
             self._running.pop(name, None)
+
+    async def _follow(self, name: str, work: asyncio.Future, progress: WorkerProgress) -> None:
+        """Show the run's progress until its worker answers; kill a cancelled run that does not stop."""
+        loop = asyncio.get_running_loop()
+        cancelled_at = None
+        while not work.done():
+            await asyncio.wait({work}, timeout=POLL_SECONDS)
+            await self._show_progress(name, progress)
+            if work.done() or self._registry.get(name).state != SimulationState.CANCELLED:
+                continue
+            cancelled_at = cancelled_at if cancelled_at is not None else loop.time()
+            if loop.time() - cancelled_at >= CANCEL_GRACE_SECONDS:
+                work.cancel()  # kills the worker; the pool starts another
+                await asyncio.wait({work})
+
+    def serving_states(self) -> AsyncIterator[bool]:
+        """True while the service can run simulations (a live worker), then each change."""
+        return self._pool.watch_ready()
+
+    def watch_health(self, set_serving: HealthSetter) -> None:
+        """Report NOT_SERVING through `set_serving` while no worker process can run simulations, and
+        SERVING again when one can (the server's `ReportsHealth` hook)."""
+
+        async def follow() -> None:
+            async for serving in self.serving_states():
+                await set_serving(serving)
+
+        task = asyncio.get_running_loop().create_task(follow())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _show_progress(self, name: str, progress: WorkerProgress) -> None:
         fraction = await asyncio.to_thread(progress.fraction)

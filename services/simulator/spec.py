@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.errors import InvalidArgument
+from services.common.resources import validate_id
+from services.simulator.bounds import MAX_RATE_GBPS, check_bounds
 from services.simulator.faults import FaultKind, FaultSpec, RerouteModel, validate_faults
 
 __all__ = [
@@ -86,6 +88,7 @@ class Transport(enum.StrEnum):
 # Wire bytes per packet beyond the payload (services.simulator.packet.outcome explains them).
 WIRE_OVERHEAD_BYTES = {Transport.ROCEV2: 82, Transport.INFINIBAND: 26}
 DEFAULT_VL_BUFFER_BYTES = 64 * 1024  # InfiniBand: receive buffer per input port and VL (credits)
+DEFAULT_BUFFER_BYTES = 1 << 20  # PACKET fidelity: buffer per switch output port
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,9 +345,11 @@ def _validate_flow_options(field: str, flow: PointToPointFlow, job: JobSpec) -> 
             f"the job has qps_per_connection={job.qps_per_connection}, and each QP of a flow has its own "
             "source port; set udp_source_port only with one QP per connection",
         )
-    if not math.isfinite(flow.rate_gbps) or flow.rate_gbps < 0:
+    if not math.isfinite(flow.rate_gbps) or not 0 <= flow.rate_gbps <= MAX_RATE_GBPS:
         raise InvalidArgument(
-            f"{field}.rate_gbps", f"must be a finite number of Gb/s >= 0 (0: line rate), got {flow.rate_gbps}"
+            f"{field}.rate_gbps",
+            f"must be a finite number of Gb/s >= 0 and at most {MAX_RATE_GBPS:g} (0: line rate), "
+            f"got {flow.rate_gbps}",
         )
     if flow.rate_gbps and flow.size_bytes * 8 / (flow.rate_gbps * 1e9) > MAX_CAPPED_FLOW_SECONDS:
         raise InvalidArgument(
@@ -355,7 +360,14 @@ def _validate_flow_options(field: str, flow: PointToPointFlow, job: JobSpec) -> 
 
 
 def validate_spec(spec: SimulationSpec) -> None:
-    """Checks that need no fabric; raises InvalidArgument naming the field (relative to the spec)."""
+    """Checks that need no fabric; raises InvalidArgument naming the field (relative to the spec).
+
+    Every number is checked against its range first (bounds.py), so no later check, and no engine,
+    meets a NaN or a value its arithmetic cannot hold.
+    """
+    check_bounds(spec)
+    if spec.telemetry_source:  # the id of the telemetry source the series go to (created if missing)
+        validate_id(spec.telemetry_source, "telemetry_source")
     if not spec.fabric:
         raise InvalidArgument("fabric", "is required (fabrics/{fabric})")
     if spec.load_balancing is None or spec.load_balancing.mode is None:

@@ -34,16 +34,20 @@ BFD): `ROUTING_PROTOCOL_DELAY_NS`; FAST_RECOVERY (switch-local, SHIELD-like):
 
 from __future__ import annotations
 
+from services.common.errors import InvalidArgument
+from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import RerouteModel
 from services.simulator.packet.config import DcqcnSettings
-from services.simulator.spec import SimulationSpec
+from services.simulator.spec import DEFAULT_BUFFER_BYTES, WIRE_OVERHEAD_BYTES, SimulationSpec
 
 __all__ = [
     "DEFAULT_IB_WINDOW_BYTES",
+    "DEFAULT_PFC_XOFF_BYTES",
     "FAST_RECOVERY_DELAY_NS",
     "ROUTING_PROTOCOL_DELAY_NS",
     "SM_SWEEP_DELAY_NS",
     "dcqcn_settings",
+    "pfc_thresholds",
     "reroute_delay_ns",
 ]
 
@@ -51,6 +55,37 @@ DEFAULT_IB_WINDOW_BYTES = 1 << 20
 SM_SWEEP_DELAY_NS = 50_000_000
 ROUTING_PROTOCOL_DELAY_NS = 1_000_000_000
 FAST_RECOVERY_DELAY_NS = 10_000
+DEFAULT_PFC_XOFF_BYTES = 64 * 1024
+
+
+def pfc_thresholds(spec: SimulationSpec, snapshot: FabricSnapshot) -> dict[str, int | bool]:
+    """PFC's XOFF, XON and headroom for the run (PacketEngineConfig fields; empty when PFC is off),
+    each zero replaced by its default; InvalidArgument when they do not fit the port buffer.
+
+    XOFF defaults to 64 KiB and XON to half of it. The headroom is what can still arrive after a
+    PAUSE leaves: a round trip of the longest link (plus a switch's latency) at the fastest rate,
+    and the packets being serialised at both ends. StartSimulation runs this (checks.py) before it
+    accepts a spec, so the engine never meets a buffer too small for its thresholds.
+    """
+    if not spec.pfc:
+        return {}
+    header = spec.header_bytes or WIRE_OVERHEAD_BYTES[spec.transport]
+    buffer = spec.buffer_bytes or DEFAULT_BUFFER_BYTES
+    xoff = spec.pfc_xoff_bytes or DEFAULT_PFC_XOFF_BYTES
+    xon = spec.pfc_xon_bytes or xoff // 2
+    delay_ns = int(snapshot.link_latency_ns.max(initial=0)) + spec.switch_latency_ns
+    rate = float(snapshot.link_rate_bps.max(initial=0))
+    headroom = spec.pfc_headroom_bytes or int(2 * delay_ns * rate / 8e9) + 2 * (spec.mtu_bytes + header)
+    if xon > xoff:
+        raise InvalidArgument("roce.pfc_xon_bytes", f"XON {xon} is above XOFF {xoff}")
+    if xoff + headroom > buffer:
+        how = "" if spec.pfc_headroom_bytes else " (two round trips of the longest link at the fastest rate)"
+        raise InvalidArgument(
+            "roce.pfc_xoff_bytes",
+            f"XOFF {xoff} + headroom {headroom}{how} is above the port buffer of {buffer} bytes"
+            f"{'' if spec.buffer_bytes else ' (the default buffer_bytes)'}",
+        )
+    return {"pfc": True, "pfc_xoff_bytes": xoff, "pfc_xon_bytes": xon, "pfc_headroom_bytes": headroom}
 
 
 def dcqcn_settings(spec: SimulationSpec) -> DcqcnSettings | None:

@@ -4,7 +4,8 @@ in slices (progress, cancellation, growing arrays), and returns what happened as
 Memory follows the packets in flight, not the packets of the run: packet slots, reorder windows and
 the event heap start small and double when the loop asks; flows are arrays of the workload's size;
 the per-channel series have at most `MAX_BINS` columns (the interval doubles, merging columns, when
-a run outlasts them) unless the caller fixed the interval.
+a run outlasts them) unless the caller fixed the interval; a fixed interval is kept while the series
+fit in `MAX_SERIES_BYTES`, and doubles like the engine's own beyond that (the outcome notes it).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from services.simulator.paths import FlowRoutes, _Walker, pinned_path_rows, uniq
 from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
-__all__ = ["MAX_BINS", "simulate_packets"]
+__all__ = ["MAX_BINS", "MAX_PACKETS_PER_FLOW", "MAX_SERIES_BYTES", "series_cell_bytes", "simulate_packets"]
 
 MAX_BINS = 512
+MAX_PACKETS_PER_FLOW = 1 << 25  # sequence numbers of a flow's packets
 _NODE_KIND_SWITCH = 2
 _MODES = {
     LoadBalancingMode.ECMP: L.MODE_ECMP,
@@ -44,8 +46,14 @@ _MODES = {
 }
 _BUDGET = 2_000_000  # events between progress reports
 _ROB_WORDS = 8  # reorder window: 512 packets per flow
-_MAX_SERIES_BYTES = 2 << 30
+MAX_SERIES_BYTES = 2 << 30
 _SERIES_CELL_BYTES = 8 + 4 + 8 + 4  # bytes, peak queue, queue integral, drops
+
+
+def series_cell_bytes(counted: bool) -> int:
+    """Bytes per channel and interval of the series; `counted`: with per-port counters (faults,
+    link events, PFC or DCQCN)."""
+    return _SERIES_CELL_BYTES + 8 * (L.SE_SIZE if counted else 1)
 
 
 class _Arrays:
@@ -119,6 +127,7 @@ class _Arrays:
         # Counter series only where something can count: faults, link events, PFC or DCQCN.
         counted = bool(config.link_losses or config.link_events or config.pfc or config.dcqcn)
         self._counter_columns = L.SE_SIZE if counted else 1
+        self._series_cell = series_cell_bytes(counted)
         self._alloc_series(n_ch, bins)
 
         # Flows.
@@ -144,7 +153,7 @@ class _Arrays:
         self.f_rob_bytes = np.zeros(flows, dtype=np.int64)
         # Go-Back-N state (sequence numbers count packets).
         self.f_npkts = -(-self.f_size // config.mtu_bytes)
-        if (self.f_npkts >= 1 << 25).any():
+        if (self.f_npkts >= MAX_PACKETS_PER_FLOW).any():  # checks.py refuses such specs up front
             raise InvalidArgument("jobs", "a flow of 2^25 packets or more; use a larger mtu_bytes")
         self.f_snd_nxt = np.zeros(flows, dtype=np.int64)
         self.f_snd_una = np.zeros(flows, dtype=np.int64)
@@ -370,12 +379,9 @@ class _Arrays:
 
     # -- allocation and growth ---------------------------------------------------------------------
     def _alloc_series(self, channels: int, bins: int) -> None:
-        if channels * bins * (_SERIES_CELL_BYTES + 8 * self._counter_columns) > _MAX_SERIES_BYTES:
-            raise InvalidArgument(
-                "sample_interval_ns",
-                f"{bins} intervals x {channels} link directions would not fit in memory; "
-                "use a coarser interval",
-            )
+        # At most what fits: a fixed interval whose run outlasts these bins doubles (grow_bins).
+        bins = max(2, min(bins, MAX_SERIES_BYTES // max(1, channels * self._series_cell)))
+        bins += bins % 2  # even: doubling the interval merges columns in pairs
         # Bin-major ([bins, channels]): at any moment every channel writes into the same bin, so the
         # writes of a stretch of simulated time share a few cache lines instead of one per channel.
         self.s_bytes = np.zeros((bins, channels), dtype=np.float64)
@@ -448,16 +454,9 @@ class _Arrays:
         self.f_fl_last = np.concatenate([self.f_fl_last, np.zeros_like(self.f_fl_last)])
 
     def grow_bins(self, fixed_interval: bool) -> None:
-        if fixed_interval:  # the caller chose the interval: keep it, add columns
-            bins, channels = self.s_bytes.shape
-            cell = _SERIES_CELL_BYTES + 8 * self._counter_columns
-            if channels * 2 * bins * cell > _MAX_SERIES_BYTES:
-                raise InvalidArgument(
-                    "sample_interval_ns",
-                    f"the run outlasts {bins} intervals of {self.pr[L.PR_INTERVAL] // 1000} ns "
-                    "and its series "
-                    "would not fit in memory; use a coarser interval",
-                )
+        bins, channels = self.s_bytes.shape
+        if fixed_interval and channels * 2 * bins * self._series_cell <= MAX_SERIES_BYTES:
+            # The caller chose the interval: keep it, add columns (while they fit; then it doubles).
             for name in ("s_bytes", "s_qpeak", "s_qint", "s_drops", "s_ev"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros_like(a)], axis=0))

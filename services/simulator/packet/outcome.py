@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
+from services.simulator.bounds import run_limit_notes, run_time_limit_ns
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.link_faults import WhatIf, link_fault_plan
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
@@ -37,18 +37,18 @@ from services.simulator.results import (
 )
 from services.simulator.series import ChannelSeries
 from services.simulator.spec import (
+    DEFAULT_BUFFER_BYTES,
     DEFAULT_VL_BUFFER_BYTES,
     WIRE_OVERHEAD_BYTES,
     LoadBalancingMode,
     SimulationSpec,
     Transport,
 )
-from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings
+from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings, pfc_thresholds
 from services.simulator.workload import Workload, build_workload
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "packet_model_notes", "run_packet_simulation"]
 
-DEFAULT_BUFFER_BYTES = 1 << 20  # per switch output port
 _NODE_KIND_SWITCH = 2
 
 
@@ -132,26 +132,6 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
             "then takes the least-loaded equal-cost output."
         )
     return notes
-
-
-def _pfc_settings(spec: SimulationSpec, snapshot: FabricSnapshot, header: int, buffer: int) -> dict:
-    if not spec.pfc:
-        return {}
-    xoff = spec.pfc_xoff_bytes or 64 * 1024
-    xon = spec.pfc_xon_bytes or xoff // 2
-    # What can still arrive after a PAUSE leaves: a round trip of the longest link (plus a switch's
-    # latency) at the fastest rate, and the packets being serialised at both ends.
-    delay_ns = int(snapshot.link_latency_ns.max(initial=0)) + spec.switch_latency_ns
-    rate = float(snapshot.link_rate_bps.max(initial=0))
-    headroom = spec.pfc_headroom_bytes or int(2 * delay_ns * rate / 8e9) + 2 * (spec.mtu_bytes + header)
-    if xon > xoff:
-        raise InvalidArgument("roce.pfc_xon_bytes", f"XON {xon} is above XOFF {xoff}")
-    if xoff + headroom > buffer:
-        raise InvalidArgument(
-            "roce.pfc_xoff_bytes",
-            f"XOFF {xoff} + headroom {headroom} is above the port buffer of {buffer} bytes",
-        )
-    return {"pfc": True, "pfc_xoff_bytes": xoff, "pfc_xon_bytes": xon, "pfc_headroom_bytes": headroom}
 
 
 def _link_loss(snapshot: FabricSnapshot, index: int, fault: FaultSpec) -> LinkLoss:
@@ -244,7 +224,7 @@ def run_packet_simulation(
         seed=spec.seed * 1_000_003 + lb.seed,
         flowlet_gap_ns=lb.flowlet_gap_ns,
         sample_interval_ns=spec.sample_interval_ns,
-        time_limit_ns=spec.time_limit_ns,
+        time_limit_ns=run_time_limit_ns(spec),
         expected_end_ns=max(ideals, default=0) + max((j.start_ns for j in spec.jobs), default=0),
         window_packets=-(-window_bytes // spec.mtu_bytes) if window_bytes else 0,
         retransmit_timeout_ns=spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS,
@@ -252,7 +232,7 @@ def run_packet_simulation(
         link_losses=tuple(_link_loss(snapshot, i, fault) for i, fault in enumerate(spec.faults)),
         drop_once=spec.drop_once,
         mark_once=spec.mark_once,
-        **_pfc_settings(spec, snapshot, header, buffer),
+        **pfc_thresholds(spec, snapshot),
         dcqcn=dcqcn_settings(spec),
         vl_buffer_bytes=vl_buffer if infiniband else 0,
         link_events=link_events,
@@ -325,11 +305,7 @@ def run_packet_simulation(
             f"{run.reorder_overflow_packets} packets arrived more than the 512-packet reorder window ahead; "
             "the reorder-buffer peak does not include them."
         )
-    if run.time_limited:
-        unfinished = [job.label for job in jobs if not job.completed]
-        notes.append(
-            f"Stopped at time_limit_ns={spec.time_limit_ns}; unfinished jobs: {', '.join(unfinished)}."
-        )
+    notes += run_limit_notes(spec, jobs, run.time_limited, run.interval_ns)
     flows = flow_outcomes(workload, routes, flow_route, run.flow_start_ns, run.flow_finish_ns, names)
     flows.counters = {
         "retransmitted_packets": run.flow_retransmitted,

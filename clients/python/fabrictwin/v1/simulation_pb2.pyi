@@ -242,13 +242,13 @@ class FlowSpec(_message.Message):
     destination: _builtins.str
     """Destination host (name)."""
     size_bytes: _builtins.int
-    """Bytes to send."""
+    """Bytes to send, 1..2^50 (1 PiB)."""
     start_ns: _builtins.int
-    """Start time offset within the job."""
+    """Start time offset within the job, 0..1e15 ns."""
     udp_source_port: _builtins.int
     """UDP source port of the flow's 5-tuple (0: derived from the QP number, as NICs do); 1..65535."""
     rate_gbps: _builtins.float
-    """Cap on the flow's sending rate, Gb/s (a rate-limited sender); 0: line rate."""
+    """Cap on the flow's sending rate, Gb/s (a rate-limited sender), finite, 0..10000; 0: line rate."""
     @_builtins.property
     def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Pin the flow to one path, as observed on a live fabric: node names from source to
@@ -307,20 +307,25 @@ class Job(_message.Message):
     algorithm: Global___CollectiveAlgorithm.ValueType
     """Algorithm (default RING)."""
     size_bytes: _builtins.int
-    """Message size S in bytes (nccl-tests' size)."""
+    """Message size S in bytes (nccl-tests' size), 1..2^50 (1 PiB)."""
     rank_count: _builtins.int
-    """Number of ranks when `hosts` is empty."""
+    """Number of ranks when `hosts` is empty, 0..2^24 (at most the fabric's hosts)."""
     placement: Global___PlacementPolicy.ValueType
     """Placement policy when `hosts` is empty (default PACKED)."""
     start_ns: _builtins.int
-    """Start time within the simulation."""
+    """Start time within the simulation, 0..1e15 ns."""
     qps_per_connection: _builtins.int
-    """Queue pairs per connection (default 1); each QP is a separate flow with its own UDP source port."""
+    """Queue pairs per connection (default 1), 0..2^24; each QP is a separate flow with its own UDP
+    source port.
+    """
     iterations: _builtins.int
-    """Back-to-back repetitions between the same hosts (sequential flowlets); default 1."""
+    """Back-to-back repetitions between the same hosts (sequential flowlets); default 1. Any int32 >= 0;
+    what a job expands into (iterations x chunks x QPs x ranks) is bounded by admission control.
+    """
     chunks: _builtins.int
     """Chunks each transfer is pipelined in (0 = the algorithm's default: 1 for rings, halving-doubling
-    and AllToAll; one per MiB of a pipeline, at most 64, for tree and broadcast).
+    and AllToAll; one per MiB of a pipeline, at most 64, for tree and broadcast). Any int32 >= 0,
+    within admission control's limits.
     """
     @_builtins.property
     def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -382,41 +387,45 @@ class RoceConfig(_message.Message):
     pfc: _builtins.bool
     """Enable PFC on the RDMA priority."""
     pfc_xoff_bytes: _builtins.int
-    """PFC XOFF threshold per ingress port and priority."""
+    """PFC XOFF threshold per ingress port and priority, 0..2^30 (0 = 64 KiB); XOFF + headroom must fit
+    the port buffer.
+    """
     pfc_xon_bytes: _builtins.int
-    """PFC XON threshold."""
+    """PFC XON threshold, 0..2^30 (0 = half of XOFF), at most XOFF."""
     pfc_headroom_bytes: _builtins.int
-    """PFC headroom per ingress port and priority."""
+    """PFC headroom per ingress port and priority, 0..2^30 (0 = two round trips of the longest link at
+    the fastest rate, plus two packets).
+    """
     dcqcn: _builtins.bool
     """Enable ECN marking in the switches and DCQCN rate control at the NICs (PACKET fidelity)."""
     ecn_kmin_bytes: _builtins.int
-    """ECN Kmin: no marking at or below this queue depth (0 = 5 KB, the DCQCN paper's)."""
+    """ECN Kmin: no marking at or below this queue depth, 0..2^30 (0 = 5 KB, the DCQCN paper's)."""
     ecn_kmax_bytes: _builtins.int
-    """ECN Kmax: every packet marked from this depth (0 = 200 KB)."""
+    """ECN Kmax: every packet marked from this depth, 0..2^30 (0 = 200 KB)."""
     ecn_pmax: _builtins.float
-    """ECN Pmax, 0..1: marking probability just below Kmax (0 = 0.01)."""
+    """ECN Pmax, finite, 0..1: marking probability just below Kmax (0 = 0.01)."""
     window_bytes: _builtins.int
-    """Go-Back-N window, bytes in flight per QP."""
+    """Go-Back-N window, bytes in flight per QP, 0..2^30."""
     retransmit_timeout_ns: _builtins.int
-    """Retransmission timeout."""
+    """Retransmission timeout, 0..1e12 ns (0 = 100 us)."""
     dcqcn_g: _builtins.float
-    """DCQCN alpha gain g, 0..1 (0 = 1/256)."""
+    """DCQCN alpha gain g, finite, 0..1 (0 = 1/256)."""
     cnp_interval_ns: _builtins.int
-    """DCQCN NP: at most one CNP per flow per interval (0 = 50 us)."""
+    """DCQCN NP: at most one CNP per flow per interval, 0..1e12 ns (0 = 50 us)."""
     alpha_timer_ns: _builtins.int
-    """DCQCN RP: alpha decays once per this period without a CNP (0 = 55 us)."""
+    """DCQCN RP: alpha decays once per this period without a CNP, 0..1e12 ns (0 = 55 us)."""
     rate_increase_timer_ns: _builtins.int
-    """DCQCN RP: rate-increase timer (0 = 55 us)."""
+    """DCQCN RP: rate-increase timer, 0..1e12 ns (0 = 55 us)."""
     byte_counter_bytes: _builtins.int
-    """DCQCN RP: rate-increase byte counter (0 = 10 MiB)."""
+    """DCQCN RP: rate-increase byte counter, 0..2^40 (0 = 10 MiB)."""
     fast_recovery_stages: _builtins.int
-    """DCQCN RP: F, increase events spent in fast recovery (0 = 5)."""
+    """DCQCN RP: F, increase events spent in fast recovery, 0..1024 (0 = 5)."""
     rate_ai_mbps: _builtins.float
-    """DCQCN RP: additive increase step, Mb/s (0 = 40)."""
+    """DCQCN RP: additive increase step, Mb/s, finite, 0..1e7 (0 = 40)."""
     rate_hai_mbps: _builtins.float
-    """DCQCN RP: hyper increase step, Mb/s (0 = 400)."""
+    """DCQCN RP: hyper increase step, Mb/s, finite, 0..1e7 (0 = 400)."""
     min_rate_mbps: _builtins.float
-    """DCQCN RP: the rate is never cut below this, Mb/s (0 = 100)."""
+    """DCQCN RP: the rate is never cut below this, Mb/s, finite, 0..1e7 (0 = 100)."""
     def __init__(
         self,
         *,
@@ -457,9 +466,9 @@ class InfinibandConfig(_message.Message):
     VIRTUAL_LANES_FIELD_NUMBER: _builtins.int
     VL_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
     virtual_lanes: _builtins.int
-    """Virtual lanes."""
+    """Virtual lanes, 0..15 (one data VL is modelled: 0 or 1)."""
     vl_buffer_bytes: _builtins.int
-    """Receive buffer per port and VL, advertised as credits."""
+    """Receive buffer per port and VL, advertised as credits, 0..2^24 (0 = 64 KiB); at least a packet."""
     def __init__(
         self,
         *,
@@ -496,23 +505,23 @@ class Fault(_message.Message):
     kind: Global___FaultKind.ValueType
     """What kind."""
     start_ns: _builtins.int
-    """When it starts."""
+    """When it starts, 0..1e15 ns."""
     end_ns: _builtins.int
-    """When it ends (0 = until the end)."""
+    """When it ends, 0..1e15 ns (0 = until the end)."""
     bit_error_rate: _builtins.float
-    """BIT_ERRORS: bit error rate."""
+    """BIT_ERRORS: bit error rate, in (0, 1)."""
     good_loss: _builtins.float
-    """GILBERT_ELLIOTT: loss probability in the good state."""
+    """GILBERT_ELLIOTT: loss probability in the good state, 0..1."""
     bad_loss: _builtins.float
-    """GILBERT_ELLIOTT: loss probability in the bad state."""
+    """GILBERT_ELLIOTT: loss probability in the bad state, 0..1."""
     p_good_to_bad: _builtins.float
-    """GILBERT_ELLIOTT: per-packet probability good -> bad."""
+    """GILBERT_ELLIOTT: per-packet probability good -> bad, 0..1."""
     p_bad_to_good: _builtins.float
-    """GILBERT_ELLIOTT: per-packet probability bad -> good."""
+    """GILBERT_ELLIOTT: per-packet probability bad -> good, 0..1."""
     reroute: Global___RerouteModel.ValueType
     """LINK_DOWN: how routing reacts."""
     reroute_delay_ns: _builtins.int
-    """LINK_DOWN: delay before the reroute takes effect (0 = the model's default)."""
+    """LINK_DOWN: delay before the reroute takes effect, 0..1e15 ns (0 = the model's default)."""
     def __init__(
         self,
         *,
@@ -565,22 +574,30 @@ class SimulationSpec(_message.Message):
     transport: Global___Transport.ValueType
     """Transport (default ROCEV2)."""
     mtu_bytes: _builtins.int
-    """Payload bytes per packet (default 4096)."""
+    """Payload bytes per packet, 1..65536 (0 = 4096)."""
     buffer_bytes: _builtins.int
-    """Switch buffer per output port (packet fidelity)."""
+    """Switch buffer per output port (packet fidelity), 0..2^30 (0 = 1 MiB)."""
     switch_latency_ns: _builtins.int
-    """Switch forwarding latency."""
+    """Switch forwarding latency, 0..1e9 ns."""
     sample_interval_ns: _builtins.int
-    """Interval of the per-link time series (default: completion time / 100, at least 1 us)."""
+    """Interval of the per-link time series, 0..1e15 ns (0 = completion time / 100, at least 1 us). An
+    interval whose series cannot fit however the run goes is refused; a run that turns out longer
+    than its series can hold gets a wider interval, which the result's model_notes report.
+    """
     seed: _builtins.int
     """Seed of every random choice; a run is deterministic for a given seed."""
     telemetry_source: _builtins.str
-    """If set, write the per-link series to the telemetry service as this source id."""
+    """If set, write the per-link series to the telemetry service as this source id (created if it
+    does not exist; an existing one must be SIMULATED and of this fabric). The telemetry service
+    is asked before StartSimulation returns.
+    """
     time_limit_ns: _builtins.int
-    """Stop simulating at this simulated time (0 = run to completion)."""
+    """Stop simulating at this simulated time, 0..1e15 ns (0 = run to completion, which stops at
+    1e15 ns, the most simulated time the simulator counts, with a note).
+    """
     header_bytes: _builtins.int
-    """PACKET fidelity: wire bytes per packet beyond the payload (0 = the transport's: RoCEv2 82,
-    InfiniBand 26). Set it to compare with another simulator's framing (ns-3 point-to-point: 30).
+    """PACKET fidelity: wire bytes per packet beyond the payload, 0..4096 (0 = the transport's: RoCEv2
+    82, InfiniBand 26). Set it to compare with another simulator's framing (ns-3 point-to-point: 30).
     """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:

@@ -77,7 +77,10 @@ class SimulationServiceServicer:
     """
 
     def StartSimulation(self, request, context):
-        """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING.
+        """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING. Every check a
+        spec can fail runs before it returns: INVALID_ARGUMENT names the field (every number has the
+        range its comment gives), RESOURCE_EXHAUSTED names the estimate (flows, transfers, packets,
+        events, peak memory, flows listed) that exceeds the simulator's limit, and the limit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -34,7 +34,11 @@ class SimulationServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SimulationServiceAsyncStub: ...
     StartSimulation: _grpc.UnaryUnaryMultiCallable[_simulation_pb2.StartSimulationRequest, _simulation_pb2.Simulation]
-    """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING."""
+    """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING. Every check a
+    spec can fail runs before it returns: INVALID_ARGUMENT names the field (every number has the
+    range its comment gives), RESOURCE_EXHAUSTED names the estimate (flows, transfers, packets,
+    events, peak memory, flows listed) that exceeds the simulator's limit, and the limit.
+    """
     GetSimulation: _grpc.UnaryUnaryMultiCallable[_simulation_pb2.GetSimulationRequest, _simulation_pb2.Simulation]
     """Gets a simulation: state, progress and, when done, its result summary."""
     ListSimulations: _grpc.UnaryUnaryMultiCallable[_simulation_pb2.ListSimulationsRequest, _simulation_pb2.ListSimulationsResponse]
@@ -54,7 +58,11 @@ class SimulationServiceAsyncStub(SimulationServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     StartSimulation: _aio.UnaryUnaryMultiCallable[_simulation_pb2.StartSimulationRequest, _simulation_pb2.Simulation]  # type: ignore[assignment]
-    """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING."""
+    """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING. Every check a
+    spec can fail runs before it returns: INVALID_ARGUMENT names the field (every number has the
+    range its comment gives), RESOURCE_EXHAUSTED names the estimate (flows, transfers, packets,
+    events, peak memory, flows listed) that exceeds the simulator's limit, and the limit.
+    """
     GetSimulation: _aio.UnaryUnaryMultiCallable[_simulation_pb2.GetSimulationRequest, _simulation_pb2.Simulation]  # type: ignore[assignment]
     """Gets a simulation: state, progress and, when done, its result summary."""
     ListSimulations: _aio.UnaryUnaryMultiCallable[_simulation_pb2.ListSimulationsRequest, _simulation_pb2.ListSimulationsResponse]  # type: ignore[assignment]
@@ -77,7 +85,11 @@ class SimulationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _simulation_pb2.StartSimulationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_simulation_pb2.Simulation, _abc.Awaitable[_simulation_pb2.Simulation]]:
-        """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING."""
+        """Starts a simulation; returns at once with the simulation in JOB_STATE_PENDING. Every check a
+        spec can fail runs before it returns: INVALID_ARGUMENT names the field (every number has the
+        range its comment gives), RESOURCE_EXHAUSTED names the estimate (flows, transfers, packets,
+        events, peak memory, flows listed) that exceeds the simulator's limit, and the limit.
+        """
 
     @_abc_1.abstractmethod
     def GetSimulation(

@@ -1,0 +1,307 @@
+"""Admission control: what a simulation will cost, from its spec and the fabric, before it is accepted.
+
+`estimate_cost` counts, with Python integers and closed forms (nothing is generated, so a spec
+asking for 1e9 iterations costs microseconds to judge), the transfers, QP flows and prerequisite
+edges each job expands into (collectives.py and sharp.py say how), at PACKET fidelity the packets
+(payload bytes over the MTU, plus one per flow for the last, partial packet) and events (each
+packet is an event at every channel of its path and at delivery), and the peak memory of the
+worker that runs it. A spec whose estimate exceeds a limit is refused with ResourceExhausted
+naming every estimate that does and its limit (`CostEstimate.admit`); `check_request_size` does
+the same for the flows a request lists before the request is even converted.
+
+The memory model was measured on this code (peak RSS of a worker over its base, `ru_maxrss`):
+FLOW fidelity about 1.1 KB per transfer (its transfer, dependency and event records) and 150 B per
+further QP flow; PACKET fidelity about 1 KB per QP flow (the engine's per-flow state) and 300 B
+per transfer; a POINT_TO_POINT flow listed in the spec about 600 B more (the spec's own objects,
+held by the service and the worker); plus the snapshot (twice: the service's and the worker's
+copy), the per-link series at their cap, and 200 MB for the worker itself. The constants below
+round those up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from services.common.errors import ResourceExhausted
+from services.common.snapshot import FabricSnapshot
+from services.simulator.collectives import pipeline_chunks, ring_steps
+from services.simulator.packet.engine import MAX_BINS, MAX_SERIES_BYTES, series_cell_bytes
+from services.simulator.series import MAX_SERIES_VALUES
+from services.simulator.sharp import aggregation_tree
+from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "CostEstimate",
+    "JobCost",
+    "SimulationLimits",
+    "check_request_size",
+    "estimate_cost",
+    "job_cost",
+    "makespan_lower_bound_ns",
+]
+
+_GIB = 1 << 30
+_NODE_KIND_SWITCH = 2
+_WORKER_BASE_BYTES = 200 << 20
+_FLOW_BYTES_PER_TRANSFER = 1_200
+_FLOW_BYTES_PER_QP_FLOW = 160
+_PACKET_BYTES_PER_TRANSFER = 320
+_PACKET_BYTES_PER_QP_FLOW = 1_100
+_SPEC_BYTES_PER_LISTED_FLOW = 640
+_FLOW_SERIES_BYTES = 16  # bytes and utilisation per channel and interval
+_FLOW_SERIES_INTERVALS = 101  # the default interval: completion / 100
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationLimits:
+    """What one simulation may cost; 0 turns a limit off. Defaults fit a 2-core, 24 GiB machine
+    running one worker: a run within them takes at most minutes."""
+
+    max_flows: int = 5_000_000  # QP flows (FLOW: ~1.1 KB each; PACKET: ~1.4 KB)
+    max_transfers: int = 5_000_000
+    max_packets: int = 1_000_000_000  # PACKET fidelity: ~15 M events/s, 5 events a packet
+    max_events: int = 20_000_000_000
+    max_memory_bytes: int = 4 * _GIB  # the worker's estimated peak
+    # POINT_TO_POINT flows listed in one spec: StartSimulation reads each in Python (~5 us) while the
+    # service's event loop waits, and the request is kept with the simulation.
+    max_listed_flows: int = 200_000
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) < 0:
+                raise ValueError(f"{field.name} must not be negative")
+
+
+DEFAULT_LIMITS = SimulationLimits()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobCost:
+    """One job's size: transfers, QP flows, dependency edges (an upper bound), payload bytes it
+    moves, and the bytes of its largest QP flow."""
+
+    transfers: int
+    flows: int
+    edges: int
+    payload_bytes: int
+    largest_flow_bytes: int
+    listed_flows: int = 0  # POINT_TO_POINT flows in the spec
+
+
+@dataclasses.dataclass(frozen=True)
+class CostEstimate:
+    """A whole simulation's estimated size (Python integers: no overflow at any size)."""
+
+    transfers: int
+    flows: int
+    edges: int
+    packets: int  # PACKET fidelity; 0 at FLOW
+    events: int  # PACKET fidelity; 0 at FLOW
+    memory_bytes: int
+    jobs: tuple[JobCost, ...] = ()
+    shortest_ns: int = 0  # no run ends sooner (makespan_lower_bound_ns)
+
+    @property
+    def listed_flows(self) -> int:
+        return sum(job.listed_flows for job in self.jobs)
+
+    def exceeding(self, limits: SimulationLimits) -> list[str]:
+        """`estimate > limit` phrases for every limit this estimate exceeds."""
+        checks = (
+            ("flows listed in the spec", self.listed_flows, limits.max_listed_flows, _count),
+            ("flows", self.flows, limits.max_flows, _count),
+            ("transfers", self.transfers, limits.max_transfers, _count),
+            ("packets", self.packets, limits.max_packets, _count),
+            ("events", self.events, limits.max_events, _count),
+            ("peak memory", self.memory_bytes, limits.max_memory_bytes, _bytes),
+        )
+        return [
+            f"{name} {show(value)} (limit {show(limit)})"
+            for name, value, limit, show in checks
+            if limit and value > limit
+        ]
+
+    def admit(self, limits: SimulationLimits) -> None:
+        """ResourceExhausted naming each estimate above its limit (and the limit)."""
+        exceeding = self.exceeding(limits)
+        if exceeding:
+            raise too_large(exceeding)
+
+
+def too_large(exceeding: Sequence[str]) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"spec: the simulation is too large for this simulator: estimated {'; '.join(exceeding)}. "
+        "Fewer iterations, chunks, QPs, ranks or flows, a larger mtu_bytes or FLOW fidelity make it "
+        "smaller (the simulator's --max-* flags set its limits)"
+    )
+
+
+def check_request_size(spec: Any, limits: SimulationLimits) -> None:
+    """The POINT_TO_POINT flows of a request's spec (the proto message: only list lengths and
+    integers are read), before it is converted: a spec listing millions of flows is refused in
+    microseconds instead of after seconds of parsing on the event loop."""
+    listed = sum(len(job.flows) for job in spec.jobs)
+    flows = sum(len(job.flows) * max(1, job.iterations) * max(1, job.qps_per_connection) for job in spec.jobs)
+    exceeding = [
+        f"{name} {_count(value)} (limit {_count(limit)})"
+        for name, value, limit in (
+            ("flows listed in the spec", listed, limits.max_listed_flows),
+            ("flows", flows, limits.max_flows),
+        )
+        if limit and value > limit
+    ]
+    if exceeding:
+        raise too_large(exceeding)
+
+
+def _count(value: int) -> str:
+    return f"{value:,}" if value < 10**15 else f"{value:.3g}"
+
+
+def _bytes(value: int) -> str:
+    if value >= 1 << 40:
+        return f"{value / (1 << 40):.3g} TiB"
+    if value >= _GIB:
+        return f"{value / _GIB:.1f} GiB"
+    return f"{value / (1 << 20):.0f} MiB"
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def job_cost(job: JobSpec, ranks: int, sharp_edges: int = 0) -> JobCost:
+    """The size of one job over `ranks` ranks (SHARP: over a tree of `sharp_edges` edges).
+
+    Closed forms of collectives.py: per iteration, a ring runs steps x n x chunks transfers, the
+    double binary tree 2 trees x 2(n-1) x chunks, halving-doubling 2 log2(n) x n, AllToAll
+    n(n-1) x chunks, broadcast (n-1) x chunks, SHARP 2 x edges x chunks.
+    """
+    iterations, qps = max(1, job.iterations), max(1, job.qps_per_connection)
+    if job.collective == Collective.POINT_TO_POINT:
+        count = len(job.flows)
+        largest = max((f.size_bytes for f in job.flows), default=0)
+        payload = sum(f.size_bytes for f in job.flows) * iterations
+        transfers = count * iterations
+        return JobCost(transfers, transfers * qps, transfers, payload, _ceil(largest, qps), count)
+    n, size, chunks = ranks, job.size_bytes, pipeline_chunks(job)
+    if job.algorithm == Algorithm.SHARP:
+        per_iteration, moved, largest = 2 * sharp_edges * chunks, 2 * sharp_edges * size, _ceil(size, chunks)
+    elif job.collective == Collective.BROADCAST:
+        per_iteration, moved, largest = (n - 1) * chunks, (n - 1) * size, _ceil(size, chunks)
+    elif job.collective == Collective.ALL_TO_ALL:
+        per_iteration, moved, largest = n * (n - 1) * chunks, (n - 1) * size, _ceil(_ceil(size, n), chunks)
+    elif job.algorithm == Algorithm.DOUBLE_BINARY_TREE:
+        per_iteration, moved = 4 * (n - 1) * chunks, 2 * (n - 1) * size
+        largest = _ceil(_ceil(size, 2), chunks)
+    elif job.algorithm == Algorithm.HALVING_DOUBLING:
+        levels = max(1, n.bit_length() - 1)
+        per_iteration, moved, largest = 2 * levels * n, 2 * (n - 1) * size, _ceil(size, n) * max(1, n // 2)
+    else:  # ring AllReduce / ReduceScatter / AllGather: each step moves S over the n ranks
+        steps = ring_steps(job.collective, n) if job.collective is not None else 0
+        per_iteration, moved = steps * n * chunks, steps * size
+        largest = _ceil(_ceil(size, n), chunks)
+    transfers = per_iteration * iterations
+    # Edges: in order on a connection and the data awaited (2 per transfer), plus iterations' handshakes.
+    return JobCost(transfers, transfers * qps, 3 * transfers, moved * iterations, _ceil(largest, qps))
+
+
+def _sharp_edges(snapshot: FabricSnapshot, hosts: np.ndarray, index: int) -> int:
+    return len(aggregation_tree(snapshot, hosts, index).parent) - 1
+
+
+def _snapshot_bytes(snapshot: FabricSnapshot) -> int:
+    total = 0
+    for value in vars(snapshot).values():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            total += sum(v.nbytes for v in vars(value).values() if isinstance(v, np.ndarray))
+        elif isinstance(value, list):
+            total += 64 * len(value)  # names
+    return total
+
+
+def _host_capacity_bps(snapshot: FabricSnapshot) -> np.ndarray:
+    """float64 [H]: what each host can send at once, the sum of its links' rates."""
+    source = snapshot.channel_source()
+    from_host = snapshot.node_kind[source] != _NODE_KIND_SWITCH
+    per_node = np.bincount(
+        source[from_host],
+        weights=snapshot.channel_rate_bps()[from_host].astype(np.float64),
+        minlength=snapshot.num_nodes,
+    )
+    return per_node[snapshot.host_nodes]
+
+
+def makespan_lower_bound_ns(
+    spec: SimulationSpec, snapshot: FabricSnapshot, placed: Sequence[np.ndarray], costs: Sequence[JobCost]
+) -> int:
+    """No run of `spec` ends before this: each job's hosts must send what the job moves from hosts,
+    at most at the sum of their links' rates, from the job's start (and the run stops at its time
+    limit)."""
+    capacity = _host_capacity_bps(snapshot)
+    bound = 0
+    for job, hosts, cost in zip(spec.jobs, placed, costs, strict=True):
+        rate = float(capacity[hosts].sum()) if len(hosts) else 0.0
+        if rate <= 0:
+            continue
+        from_hosts = cost.payload_bytes
+        start = job.start_ns
+        if job.algorithm == Algorithm.SHARP:  # switches send the reduced data back down
+            from_hosts = len(hosts) * job.size_bytes * max(1, job.iterations)
+        if job.flows:
+            start += min(f.start_ns for f in job.flows)
+        bound = max(bound, start + int(from_hosts * 8e9 / rate))
+    if spec.time_limit_ns:
+        bound = min(bound, spec.time_limit_ns)
+    return bound
+
+
+def path_channels(snapshot: FabricSnapshot) -> int:
+    """Channels on the longest up-down path between hosts: twice the highest switch tier."""
+    return 2 * max(1, int(snapshot.node_tier.max(initial=1)))
+
+
+def estimate_cost(
+    spec: SimulationSpec, snapshot: FabricSnapshot, placed: Sequence[np.ndarray]
+) -> CostEstimate:
+    """The cost of `spec` (validated) on `snapshot`, its jobs placed on `placed` (place_jobs)."""
+    costs = []
+    for index, (job, hosts) in enumerate(zip(spec.jobs, placed, strict=True)):
+        sharp = _sharp_edges(snapshot, hosts, index) if job.algorithm == Algorithm.SHARP else 0
+        ranks = len(job.hosts) or job.rank_count
+        costs.append(job_cost(job, ranks, sharp))
+    transfers = sum(c.transfers for c in costs)
+    flows = sum(c.flows for c in costs)
+    edges = sum(c.edges for c in costs)
+    listed = sum(c.listed_flows for c in costs)
+    memory = _WORKER_BASE_BYTES + 2 * _snapshot_bytes(snapshot) + _SPEC_BYTES_PER_LISTED_FLOW * listed
+    packets = events = 0
+    if spec.fidelity == Fidelity.PACKET:
+        packets = sum(c.payload_bytes // spec.mtu_bytes + c.flows for c in costs)
+        per_packet = path_channels(snapshot) + 1
+        if spec.window_bytes:  # Go-Back-N: an ACK every ack_every packets
+            per_packet += 1
+        events = packets * per_packet
+    shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
+    channels = snapshot.num_channels
+    if spec.fidelity == Fidelity.PACKET:
+        memory += _PACKET_BYTES_PER_TRANSFER * transfers + _PACKET_BYTES_PER_QP_FLOW * flows
+        bins = MAX_BINS
+        if spec.sample_interval_ns:  # what the engine allocates at first: twice the expected run
+            bins = 2 * -(-shortest // spec.sample_interval_ns) + 2
+        cell = series_cell_bytes(bool(spec.faults or spec.pfc or spec.dcqcn))
+        memory += min(MAX_SERIES_BYTES, channels * bins * cell)
+    else:
+        memory += _FLOW_BYTES_PER_TRANSFER * transfers + _FLOW_BYTES_PER_QP_FLOW * max(0, flows - transfers)
+        bins = _FLOW_SERIES_INTERVALS
+        if spec.sample_interval_ns:
+            bins = max(bins, -(-shortest // spec.sample_interval_ns) + 1)
+        memory += _FLOW_SERIES_BYTES * min(MAX_SERIES_VALUES, channels * bins)
+    return CostEstimate(transfers, flows, edges, packets, events, memory, tuple(costs), shortest)
