@@ -7,6 +7,7 @@ never builds a status by hand and a caller never sees a stack trace.
 from __future__ import annotations
 
 __all__ = [
+    "QUOTE_CHARS",
     "STATUS_CODES",
     "AlreadyExists",
     "FabricTwinError",
@@ -15,8 +16,14 @@ __all__ = [
     "NotFound",
     "ResourceExhausted",
     "Unavailable",
+    "excerpt",
+    "quote",
     "status_code_number",
 ]
+
+# The most characters of offending input an error message quotes: enough to recognise the line, and
+# never the 10 MB line itself (a status message that large cannot even reach the caller).
+QUOTE_CHARS = 200
 
 # google.rpc.Code numbers by name, for ErrorStatus messages (without depending on googleapis protos).
 STATUS_CODES = {
@@ -38,6 +45,30 @@ STATUS_CODES = {
     "DATA_LOSS": 15,
     "UNAUTHENTICATED": 16,
 }
+
+
+def excerpt(text: object, limit: int = QUOTE_CHARS) -> str:
+    """`text` cut to its first `limit` characters, saying how many more there were.
+
+    >>> excerpt("swp1"), excerpt("x" * 1000, 5)
+    ('swp1', 'xxxxx... (995 more characters)')
+    """
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def quote(text: object, limit: int = QUOTE_CHARS) -> str:
+    """`repr` of at most `limit` characters of `text`: how an error message names offending input.
+
+    >>> quote("leaf-0"), quote("x" * 1000, 5)
+    ("'leaf-0'", "'xxxxx'... (995 more characters)")
+    """
+    text = str(text)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text) - limit:,} more characters)"
 
 
 def status_code_number(name: str) -> int:

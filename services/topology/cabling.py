@@ -7,18 +7,19 @@ and link end arrays to `assemble` (upper tier on the a side, LIDs 1..N in node o
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.fabric import MAX_SWITCH_HOST_PAIRS, Fabric, LinkState, NodeKind, link_display_names
+from services.topology.limits import FabricSize, check_latency_ns, check_speed_gbps
 
 __all__ = [
     "DEFAULT_LINK_LATENCY_NS",
     "DEFAULT_LINK_SPEED_GBPS",
+    "Admit",
     "FieldName",
     "assemble",
     "check_routable_size",
@@ -33,6 +34,9 @@ DEFAULT_LINK_SPEED_GBPS = 400.0  # NDR
 DEFAULT_LINK_LATENCY_NS = 500  # about 100 m of fibre
 
 FieldName = Callable[[str], str]
+# Called by a generator with the size it is about to build, once its parameters are checked and
+# before anything is allocated; raises ResourceExhausted to refuse (FabricLimits.admit).
+Admit = Callable[[FabricSize], None]
 
 
 def same_name(param: str) -> str:
@@ -43,26 +47,25 @@ def same_name(param: str) -> str:
 def whole_number(value: Any, field: str, minimum: int) -> int:
     """`value` as an int >= minimum; InvalidArgument naming `field` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise InvalidArgument(field, f"must be a whole number, got {value!r}")
+        raise InvalidArgument(field, f"must be a whole number, got {quote(value, 40)}")
     if value < minimum:
         raise InvalidArgument(field, f"must be at least {minimum}, got {value}")
     return int(value)
 
 
 def rate_bps(gbps: Any, field: str) -> int:
-    """A positive speed in Gb/s as bits per second; InvalidArgument naming `field` otherwise."""
-    if isinstance(gbps, bool) or not isinstance(gbps, int | float | np.number) or not math.isfinite(gbps):
-        raise InvalidArgument(field, f"must be a number of Gb/s, got {gbps!r}")
-    if gbps <= 0:
+    """A speed in Gb/s (within the bounds of limits.py) as bits per second; InvalidArgument naming
+    `field` otherwise."""
+    if isinstance(gbps, int | float | np.number) and not isinstance(gbps, bool) and gbps <= 0:
         raise InvalidArgument(field, f"must be positive, got {gbps}")
-    return round(float(gbps) * 1e9)
+    return round(check_speed_gbps(gbps, field) * 1e9)
 
 
 def link_parameters(
     link_speed_gbps: Any, host_link_speed_gbps: Any, link_latency_ns: Any, field: FieldName
 ) -> tuple[int, int, int]:
     """(switch link rate, host link rate, latency) of a generator's parameters, checked and named."""
-    latency = whole_number(link_latency_ns, field("link_latency_ns"), 0)
+    latency = check_latency_ns(link_latency_ns, field("link_latency_ns"))
     rate = rate_bps(link_speed_gbps, field("link_speed_gbps"))
     host_rate = (
         rate

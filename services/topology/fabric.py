@@ -19,7 +19,14 @@ import functools
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
+from services.topology.limits import (
+    MAX_LINK_LATENCY_NS,
+    MAX_LINK_SPEED_GBPS,
+    MAX_NAME_CHARS,
+    MAX_PORT,
+    MIN_LINK_SPEED_GBPS,
+)
 
 __all__ = [
     "MAX_SWITCH_HOST_PAIRS",
@@ -171,6 +178,15 @@ class Fabric:
             raise InvalidArgument("node_names", f"has {len(self.node_names)} entries for {n} nodes")
         if len(set(self.node_names)) != n:
             raise InvalidArgument("node_names", "node names must be unique")
+        too_long = next((i for i, name in enumerate(self.node_names) if len(name) > MAX_NAME_CHARS), None)
+        if too_long is not None:
+            name = self.node_names[too_long]
+            raise InvalidArgument(
+                f"node_names[{too_long}]",
+                f"at most {MAX_NAME_CHARS} characters, got {len(name):,}: {quote(name, 60)}",
+            )
+        if n and not 1 <= self.node_radix.min() <= self.node_radix.max() <= MAX_PORT:
+            raise InvalidArgument("node_radix", f"every node has 1..{MAX_PORT} ports")
         for name in (
             "link_port_a",
             "link_b",
@@ -204,5 +220,10 @@ class Fabric:
             raise InvalidArgument("link_state", "every link must be UP, DOWN or DEGRADED")
         if (self.link_rate_bps <= 0).any():
             raise InvalidArgument("link_rate_bps", "every link needs a positive rate")
+        low, high = round(MIN_LINK_SPEED_GBPS * 1e9), round(MAX_LINK_SPEED_GBPS * 1e9)
+        if ((self.link_rate_bps < low) | (self.link_rate_bps > high)).any():
+            raise InvalidArgument("link_rate_bps", f"every rate is in [{low:,}, {high:,}] bit/s")
         if (self.link_latency_ns < 0).any():
             raise InvalidArgument("link_latency_ns", "latencies must not be negative")
+        if (self.link_latency_ns > MAX_LINK_LATENCY_NS).any():
+            raise InvalidArgument("link_latency_ns", f"latencies are at most {MAX_LINK_LATENCY_NS:,} ns")

@@ -25,6 +25,7 @@ from services.common.errors import InvalidArgument
 from services.topology.cabling import (
     DEFAULT_LINK_LATENCY_NS,
     DEFAULT_LINK_SPEED_GBPS,
+    Admit,
     FieldName,
     assemble,
     check_routable_size,
@@ -34,6 +35,7 @@ from services.topology.cabling import (
     whole_number,
 )
 from services.topology.fabric import Fabric
+from services.topology.limits import DEFAULT_LIMITS, FabricSize
 
 __all__ = ["build_fat_tree", "build_leaf_spine", "fat_tree", "leaf_spine"]
 
@@ -72,6 +74,7 @@ def build_leaf_spine(
     host_link_speed_gbps: Any,
     link_latency_ns: Any,
     field: FieldName = same_name,
+    admit: Admit = DEFAULT_LIMITS.admit,
 ) -> Fabric:
     leaves = whole_number(leaves, field("leaves"), 1)
     spines = whole_number(spines, field("spines"), 1)
@@ -87,6 +90,7 @@ def build_leaf_spine(
     hosts = leaves * hpl
     n = hosts + leaves + spines
     check_routable_size(leaves + spines, hosts, field("leaves"))
+    admit(FabricSize(n, hosts + leaves * spines * par, max(hpl + spines * par, leaves * par)))
 
     host_ids = np.arange(hosts)
     host_leaf, host_slot = np.divmod(host_ids, hpl)
@@ -149,6 +153,7 @@ def build_fat_tree(
     link_latency_ns: Any,
     host_link_speed_gbps: Any,
     field: FieldName = same_name,
+    admit: Admit = DEFAULT_LIMITS.admit,
 ) -> Fabric:
     k = whole_number(k, field("k"), 2)
     if k % 2:
@@ -157,6 +162,7 @@ def build_fat_tree(
     h = k // 2
     hosts, pod_switches, cores = k * h * h, k * h, h * h
     check_routable_size(2 * pod_switches + cores, hosts, field("k"))
+    admit(FabricSize(hosts + 2 * pod_switches + cores, 3 * hosts, k))
 
     edge0, agg0, core0 = hosts, hosts + pod_switches, hosts + 2 * pod_switches
     host_ids = np.arange(hosts)

@@ -1,7 +1,11 @@
 """The topology service's core: fabrics in the store, routed fabrics cached in memory, events out.
 
-Generation, import and routing are CPU-bound and SQL is blocking, so both run in threads
-(`asyncio.to_thread`): numpy releases the GIL in its kernels, which keeps the event loop answering.
+Generation, import, routing and snapshots are CPU-bound and SQL is blocking, so all of them run in
+threads (`asyncio.to_thread`): numpy releases the GIL in its kernels, which keeps the event loop
+answering health checks and other calls. A fabric beyond the service's `FabricLimits` is refused
+before any of that work starts (limits.py), which bounds how long any one step can take; a call that
+is cancelled (or a server that stops) while a step runs lets that step finish in its thread but starts
+no further step, so nothing half-made is stored.
 Routed fabrics are cached by (fabric id, routing_version); a restart recomputes routes from the
 stored engine name, link states and (for `file`) the stored dump. Changes to one fabric (link
 state, routes, updates, deletion) are serialised by a per-fabric lock, persisted, then published
@@ -26,6 +30,7 @@ from services.topology.events import EventKind, FabricEvent, FabricEvents
 from services.topology.fabric import Fabric, LinkState
 from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
 from services.topology.lfts_dump import write_lfts_dump
+from services.topology.limits import DEFAULT_LIMITS, FabricLimits
 from services.topology.routing import FILE_ENGINE, Routes, diff_routes, engine_named
 from services.topology.snapshots import build_snapshot
 from services.topology.specs import from_spec, normalise_spec
@@ -95,8 +100,15 @@ def _route_new(fabric: Fabric, engine: str) -> Routes:
 class FabricRegistry:
     """Create, import, read, route, change and delete fabrics; `cache_size` routed fabrics in memory."""
 
-    def __init__(self, store: TopologyStore, cache_size: int = 4, events: FabricEvents | None = None) -> None:
+    def __init__(
+        self,
+        store: TopologyStore,
+        cache_size: int = 4,
+        events: FabricEvents | None = None,
+        limits: FabricLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.store = store
+        self.limits = limits
         self.events = events or FabricEvents()
         self._cache: collections.OrderedDict[tuple[str, int], RoutedFabric] = collections.OrderedDict()
         self._cache_size = cache_size
@@ -125,12 +137,14 @@ class FabricRegistry:
         engine: str,
         labels: Mapping[str, str],
     ) -> RoutedFabric:
-        """Generate, route and store a fabric (routing version 1); AlreadyExists if the id is taken."""
+        """Generate, route and store a fabric (routing version 1); AlreadyExists if the id is taken,
+        ResourceExhausted if it is beyond the limits (before it is built)."""
         spec = normalise_spec(spec)
         _check_engine(engine)  # before the heavy work
+        self.limits.admit_labels(labels)
         if await asyncio.to_thread(self.store.exists, fabric_id):
             raise AlreadyExists(f"fabrics/{fabric_id} already exists")
-        fabric = await asyncio.to_thread(from_spec, spec)
+        fabric = await asyncio.to_thread(from_spec, spec, self.limits)
         return await self._add(fabric_id, display_name, fabric, engine, labels, spec=spec)
 
     async def import_(
@@ -165,6 +179,7 @@ class FabricRegistry:
                 documents=documents,
                 archive=archive,
                 port_speeds_gbps=port_speeds_gbps,
+                limits=self.limits,
             )
         )
         return await self._add(fabric_id, display_name, fabric, engine, {}, imported_format=format)
@@ -235,7 +250,9 @@ class FabricRegistry:
         current = await self.routed(fabric_id)
         record = current.record
         if not down_links:
-            return WhatIfSnapshot(current.snapshot_bytes, record.routing_version, 0.0)
+            # Built once per routing version, in a thread: a k=48 snapshot is 100 MB of arrays.
+            data = await asyncio.to_thread(lambda: current.snapshot_bytes)
+            return WhatIfSnapshot(data, record.routing_version, 0.0)
         down = down_link_set(current.fabric, down_links)
 
         async def reroute() -> WhatIfSnapshot:
@@ -318,6 +335,8 @@ class FabricRegistry:
         """Apply `display_name`, `labels` and/or `routing_engine` (which reroutes); the new record."""
         if "routing_engine" in changes:
             _check_engine(changes["routing_engine"], "fabric.routing_engine")
+        if "labels" in changes:
+            self.limits.admit_labels(changes["labels"], "fabric.labels")
         plain = {key: value for key, value in changes.items() if key in ("display_name", "labels")}
         if plain:
             await self.get(fabric_id)  # NotFound before anything changes

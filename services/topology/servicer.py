@@ -1,12 +1,18 @@
-"""TopologyService: proto <-> topology core (registry, routing, snapshots). Nothing clever lives here."""
+"""TopologyService: proto <-> topology core (registry, routing, snapshots). Nothing clever lives here.
+
+Conversions whose cost grows with the fabric (a snapshot's 100 MB, a forwarding table of 27,000
+entries, thousands of paths) run in threads like the core's work, so the event loop stays free.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
 from google.protobuf import json_format
 
-from services.common.errors import InvalidArgument, NotFound, ResourceExhausted
+from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, excerpt, quote
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -39,16 +45,27 @@ _SNAPSHOT_CHUNK_BYTES = 1 << 20
 _UPDATABLE = ("display_name", "labels", "routing_engine")
 
 
+_MAX_NAME_CHARS = 1024  # far beyond any fabrics/{id}/... name a fabric can have (ids are <= 63)
+
+
 def _fabric_id(name: str, field: str = "name") -> str:
+    if len(name) > _MAX_NAME_CHARS:  # refused before it is split, looked up or quoted
+        raise InvalidArgument(
+            field,
+            f"a resource name has at most {_MAX_NAME_CHARS} characters, got {len(name):,}: {quote(name, 60)}",
+        )
     return parse_name(name, "fabrics/{fabric}", field)["fabric"]
 
 
 def _child(name: str, collection: str, field: str = "name") -> tuple[str, str]:
     """(`fabric`, `child`) of `fabrics/{fabric}/{collection}/{child}`; the child may contain '/'."""
+    if len(name) > _MAX_NAME_CHARS:
+        _fabric_id(name, field)  # refuses it, naming the field
     parent, sep, child = name.partition(f"/{collection}/")
     if not sep or not child:
         raise InvalidArgument(
-            field, f"{name!r} is not a resource name of the form 'fabrics/{{fabric}}/{collection}/{{id}}'"
+            field,
+            f"{quote(name)} is not a resource name of the form 'fabrics/{{fabric}}/{collection}/{{id}}'",
         )
     return _fabric_id(parent, field), child
 
@@ -58,7 +75,9 @@ def _link_index(routed: RoutedFabric, name: str, link: str) -> int:
     fabric = routed.fabric
     index = int(link) if link.isdigit() else fabric.link_index(link)
     if index is None or index >= fabric.num_links:
-        raise NotFound(f"{name} does not exist (no link {link!r} in fabrics/{routed.record.id})")
+        raise NotFound(
+            f"{excerpt(name)} does not exist (no link {quote(link)} in fabrics/{routed.record.id})"
+        )
     return index
 
 
@@ -77,10 +96,10 @@ def _node_index(routed: RoutedFabric, reference: str, field: str) -> int:
     if reference.startswith("fabrics/"):
         owner, name = _child(reference, "nodes", field)
         if owner != fabric_id:
-            raise InvalidArgument(field, f"{reference!r} is not a node of fabrics/{fabric_id}")
+            raise InvalidArgument(field, f"{quote(reference)} is not a node of fabrics/{fabric_id}")
     index = routed.fabric.node_index(name)
     if index is None:
-        raise NotFound(f"fabrics/{fabric_id}/nodes/{name} does not exist")
+        raise NotFound(f"fabrics/{fabric_id}/nodes/{excerpt(name)} does not exist")
     return index
 
 
@@ -144,7 +163,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         for path in paths:
             if path not in _UPDATABLE:
                 raise InvalidArgument(
-                    "update_mask", f"{path!r} cannot be updated; updatable: {list(_UPDATABLE)}"
+                    "update_mask", f"{quote(path)} cannot be updated; updatable: {list(_UPDATABLE)}"
                 )
             if path == "display_name":
                 if len(request.fabric.display_name) > 256:
@@ -209,7 +228,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
                 f"the snapshot of {request.name} is {len(data)} bytes, over the "
                 f"{self.max_message_bytes}-byte message limit; use StreamFabricSnapshot"
             )
-        return topology_pb2.FabricSnapshot.FromString(data)
+        return await asyncio.to_thread(topology_pb2.FabricSnapshot.FromString, data)
 
     async def StreamFabricSnapshot(self, request, context):
         snapshot = await self.registry.snapshot(_fabric_id(request.name), request.down_links)
@@ -237,18 +256,22 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         if request.max_paths < 0:
             raise InvalidArgument("max_paths", f"must not be negative, got {request.max_paths}")
         limit = min(request.max_paths or _DEFAULT_MAX_PATHS, _MAX_PATHS)
-        listing = list_paths(fabric, routed.routes, ends["source"], ends["destination"], limit)
-        return topology_pb2.ListPathsResponse(
-            paths=[
-                topology_pb2.Path(
-                    nodes=[node_name(fabric_id, fabric, n) for n in path.nodes],
-                    links=path.links,
-                    lft_path=path.lft,
-                )
-                for path in listing.paths
-            ],
-            total_paths=listing.total_paths,
-        )
+
+        def paths() -> topology_pb2.ListPathsResponse:
+            listing = list_paths(fabric, routed.routes, ends["source"], ends["destination"], limit)
+            return topology_pb2.ListPathsResponse(
+                paths=[
+                    topology_pb2.Path(
+                        nodes=[node_name(fabric_id, fabric, n) for n in path.nodes],
+                        links=path.links,
+                        lft_path=path.lft,
+                    )
+                    for path in listing.paths
+                ],
+                total_paths=listing.total_paths,
+            )
+
+        return await asyncio.to_thread(paths)
 
     async def GetForwardingTable(self, request, context):
         fabric_id, _ = _child(request.name, "nodes")
@@ -259,19 +282,24 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             raise InvalidArgument(
                 "name", f"{fabric.node_names[node]} is a host; forwarding tables belong to switches"
             )
-        table = forwarding_table(fabric, routed.routes, node)
-        host_nodes = fabric.host_nodes
-        entries = [
-            topology_pb2.ForwardingEntry(
-                destination=node_name(fabric_id, fabric, int(host_nodes[h])),
-                destination_lid=int(fabric.node_lid[host_nodes[h]]),
-                port=int(table.lft_ports[e]),
-                ecmp_ports=table.ecmp_ports(e).tolist(),
-            )
-            for e, h in enumerate(table.hosts.tolist())
-        ]
+
+        def entries() -> list[topology_pb2.ForwardingEntry]:
+            table = forwarding_table(fabric, routed.routes, node)
+            host_nodes = fabric.host_nodes
+            return [
+                topology_pb2.ForwardingEntry(
+                    destination=node_name(fabric_id, fabric, int(host_nodes[h])),
+                    destination_lid=int(fabric.node_lid[host_nodes[h]]),
+                    port=int(table.lft_ports[e]),
+                    ecmp_ports=table.ecmp_ports(e).tolist(),
+                )
+                for e, h in enumerate(table.hosts.tolist())
+            ]
+
         return topology_pb2.ForwardingTable(
-            name=request.name, routing_version=routed.record.routing_version, entries=entries
+            name=request.name,
+            routing_version=routed.record.routing_version,
+            entries=await asyncio.to_thread(entries),
         )
 
     async def ComputeRoutes(self, request, context):

@@ -14,6 +14,7 @@ from services.common.errors import InvalidArgument
 from services.topology.cabling import DEFAULT_LINK_LATENCY_NS, DEFAULT_LINK_SPEED_GBPS
 from services.topology.fabric import Fabric
 from services.topology.generators import build_fat_tree, build_leaf_spine
+from services.topology.limits import DEFAULT_LIMITS, FabricLimits
 from services.topology.superpod import build_superpod
 
 __all__ = ["GENERATORS", "from_spec", "normalise_spec"]
@@ -80,8 +81,12 @@ def normalise_spec(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def from_spec(spec: Mapping[str, Any] | None) -> Fabric:
-    """Build the fabric a FabricSpec-shaped dict describes; errors name fields as `spec.fat_tree.k`."""
+def from_spec(spec: Mapping[str, Any] | None, limits: FabricLimits = DEFAULT_LIMITS) -> Fabric:
+    """Build the fabric a FabricSpec-shaped dict describes; errors name fields as `spec.fat_tree.k`.
+
+    A fabric beyond `limits` is refused (ResourceExhausted) once its size is known from the
+    parameters, before anything is built.
+    """
     spec = normalise_spec(spec)
     generator = next(g for g in GENERATORS if g in spec)
     params = spec[generator]
@@ -95,7 +100,7 @@ def from_spec(spec: Mapping[str, Any] | None) -> Fabric:
         spec["host_link_speed_gbps"],
     )
     if generator == "fat_tree":
-        return build_fat_tree(params["k"], speed, latency, host_speed, field)
+        return build_fat_tree(params["k"], speed, latency, host_speed, field, limits.admit)
     if generator == "superpod":
         return build_superpod(
             params["scalable_units"],
@@ -105,6 +110,7 @@ def from_spec(spec: Mapping[str, Any] | None) -> Fabric:
             host_speed,
             latency,
             field,
+            limits.admit,
         )
     return build_leaf_spine(
         params["leaves"],
@@ -115,4 +121,5 @@ def from_spec(spec: Mapping[str, Any] | None) -> Fabric:
         host_speed,
         latency,
         field,
+        limits.admit,
     )

@@ -31,6 +31,7 @@ from services.common.errors import InvalidArgument
 from services.topology.cabling import (
     DEFAULT_LINK_LATENCY_NS,
     DEFAULT_LINK_SPEED_GBPS,
+    Admit,
     FieldName,
     assemble,
     check_routable_size,
@@ -40,6 +41,7 @@ from services.topology.cabling import (
     whole_number,
 )
 from services.topology.fabric import Fabric
+from services.topology.limits import DEFAULT_LIMITS, FabricSize
 
 __all__ = ["CORE_TIER_FROM_SU", "build_superpod", "superpod"]
 
@@ -97,8 +99,10 @@ def build_superpod(
     host_link_speed_gbps: Any,
     link_latency_ns: Any,
     field: FieldName = same_name,
+    admit: Admit = DEFAULT_LIMITS.admit,
 ) -> Fabric:
-    """`superpod` with every parameter checked and errors named through `field` (for `spec.superpod.*`)."""
+    """`superpod` with every parameter checked and errors named through `field` (for `spec.superpod.*`),
+    and its size passed to `admit` before anything is built."""
     units = whole_number(scalable_units, field("scalable_units"), 1)
     nodes = whole_number(nodes_per_su, field("nodes_per_su"), 1)
     gpus = whole_number(gpus_per_node, field("gpus_per_node"), 1)
@@ -128,7 +132,10 @@ def build_superpod(
         cores = int(cores_of_group.sum())
     else:
         cores = 0
+    # Every GPU has one cable up from each tier but the top: to its leaf, leaf to spine, spine to core.
+    links = hosts + leaves * nodes + (spines * nodes if three_tier else 0)
     check_routable_size(leaves + spines + cores, hosts, field("scalable_units"))
+    admit(FabricSize(hosts + leaves + spines + cores, links, radix))
 
     # Hosts in (SU, node, GPU) order; leaf (su, g) is leaf number su * gpus + g.
     su, node, gpu = (

@@ -11,6 +11,8 @@ the request says what to do. `fabrics/<script>` (GetFabric, WatchFabric) and `so
 - `missing`: raise NotFound.
 - `divide`: raise ZeroDivisionError (an unexpected bug).
 - `secret`: raise ValueError carrying a "secret" the caller must never see.
+- `huge-<chars>`: raise InvalidArgument quoting a line of that many characters (an error echoing input).
+- `hugebug-<chars>`: raise ValueError with a message of that many characters (a bug echoing input).
 
 WatchFabric yields its first event before applying the script, so failures happen mid-stream.
 """
@@ -42,6 +44,10 @@ async def _act(name: str) -> str:
         await asyncio.sleep(int(script[5:]) / 1000)
     elif script.startswith("big-"):
         return "x" * int(script[4:])
+    elif script.startswith("huge-"):
+        raise InvalidArgument("line 3", f"expected a port line, got {'é' * int(script[5:])!r}")
+    elif script.startswith("hugebug-"):
+        raise ValueError("y" * int(script[8:]))
     elif script == "invalid":
         raise InvalidArgument("spec.fat_tree.k", "must be even")
     elif script == "missing":

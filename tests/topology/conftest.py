@@ -19,3 +19,22 @@ async def topology(tmp_path):
     async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
         yield topology_pb2_grpc.TopologyServiceStub(channel)
     await cleanup()
+
+
+# Small enough that a test reaches every limit with a request of a few KB.
+SMALL_LIMITS = {"max_fabric_nodes": 40, "max_fabric_links": 60, "max_label_bytes": 100}
+
+
+@pytest.fixture
+async def small_topology(tmp_path):
+    """A real topology server configured (as by --max-fabric-nodes etc.) with SMALL_LIMITS."""
+    config = ServiceConfig(
+        service="topology",
+        port=0,
+        database_url=f"sqlite:///{tmp_path / 'topology.db'}",
+        extra=SMALL_LIMITS,
+    )
+    services, cleanup = await build(config)
+    async with serving(config, services) as running, grpc.aio.insecure_channel(running.address) as channel:
+        yield topology_pb2_grpc.TopologyServiceStub(channel)
+    await cleanup()

@@ -1,7 +1,9 @@
 """The `fabrictwin` command line: `fabrictwin --help`, then `fabrictwin <command> --help`.
 
 Exit codes: 0 success; 1 the server refused or failed (its message on stderr, no traceback), or a
-job did not succeed; 2 usage (bad options, unreadable or malformed input files); 130 interrupted.
+job did not succeed; 2 usage (bad options, unreadable, non-UTF-8 or malformed input files); 130
+interrupted. Nothing ends in a traceback: an unexpected error is one line on stderr and exit 1
+(FABRICTWIN_DEBUG=1 prints the traceback too).
 Addresses and the token come from the options or FABRICTWIN_*_ADDRESS / FABRICTWIN_TOKEN.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from fabrictwin import (
@@ -21,8 +24,8 @@ from fabrictwin import (
     cli_simulation,
     cli_telemetry,
 )
-from fabrictwin.cli_common import InputError, leaf, print_json, warn
-from fabrictwin.client import SERVICE_NAMES, Addresses, Client
+from fabrictwin.cli_common import InputError, leaf, not_utf8, print_json, warn
+from fabrictwin.client import SERVICE_NAMES, Addresses, Client, read_token_file
 from fabrictwin.errors import FabricTwinError, InvalidArgumentError
 from fabrictwin.tables import health_table
 
@@ -58,7 +61,7 @@ def _client(args: argparse.Namespace) -> Client:
         args.simulator.split(",")[0].strip(),
         args.telemetry,
         args.orchestrator,
-        token=args.token or None,
+        token=read_token_file(args.token_file, "--token-file") if args.token_file else args.token or None,
         root_certificates=_read_pem(args.tls_ca),
         private_key=_read_pem(args.tls_key),
         certificate_chain=_read_pem(args.tls_cert),
@@ -102,7 +105,12 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
             metavar="HOST:PORT",
             help=f"{service} service address (env {variable}, now {getattr(found, service)})",
         )
-    parser.add_argument("--token", default=found.token or "", help="bearer token (env FABRICTWIN_TOKEN)")
+    parser.add_argument(
+        "--token",
+        default=found.token or "",
+        help="bearer token: visible in the process list, prefer --token-file or env FABRICTWIN_TOKEN_FILE",
+    )
+    parser.add_argument("--token-file", default="", metavar="FILE", help="file holding the bearer token")
     parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each call, s (0: none)")
     parser.add_argument("--tls-ca", default="", metavar="PEM", help="root certificates: use TLS")
     parser.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate chain (mutual TLS)")
@@ -137,7 +145,11 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `fabrictwin` command; returns the exit code (console script: `sys.exit(main())`)."""
-    parser = build_parser()
+    try:
+        parser = build_parser()  # reads FABRICTWIN_TOKEN_FILE
+    except InvalidArgumentError as exc:
+        warn(f"fabrictwin: error: {exc.details}")
+        return 2
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)
@@ -166,8 +178,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file read or written on the way (an LLDP table that is a directory, ...)
+        where = f"{exc.filename}: " if exc.filename else ""
+        warn(f"fabrictwin: error: {where}{exc.strerror or exc}")
+        return 2
+    except UnicodeDecodeError as exc:  # text read on the way by code that did not name its file
+        warn(f"fabrictwin: error: {not_utf8('input', exc)}")
+        return 2
+    except Exception as exc:
+        return _unexpected(exc)
     finally:
         client.close()
+
+
+def _unexpected(exc: Exception) -> int:
+    """One line for a bug (ours or a library's): exit 1; FABRICTWIN_DEBUG=1 adds the traceback."""
+    if os.environ.get("FABRICTWIN_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = str(exc)
+    detail = detail if len(detail) <= 300 else detail[:300] + "..."
+    warn(
+        f"fabrictwin: internal error: {type(exc).__name__}: {detail} (FABRICTWIN_DEBUG=1 shows the traceback)"
+    )
+    return 1
 
 
 if __name__ == "__main__":

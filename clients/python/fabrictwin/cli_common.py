@@ -30,7 +30,9 @@ __all__ = [
     "key_value_arg",
     "leaf",
     "message_dict",
+    "not_utf8",
     "print_json",
+    "read_text",
     "size_arg",
     "subcommands",
     "warn",
@@ -41,6 +43,33 @@ Handler = Callable[[Client, argparse.Namespace], int]
 
 class InputError(ValueError):
     """A problem with what the user gave the CLI (a file, a CSV line): exit code 2, no traceback."""
+
+
+def not_utf8(name: str, exc: UnicodeDecodeError, where: str = "") -> InputError:
+    """The InputError for text that does not decode: `name: not UTF-8 text (byte 0xe9 at offset 36)`."""
+    byte = exc.object[exc.start] if exc.start < len(exc.object) else None
+    what = f"byte 0x{byte:02x}" if byte is not None else "a truncated character"
+    return InputError(f"{name}: not UTF-8 text ({what} {where or f'at offset {exc.start}'})")
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of FILE, or of stdin for `-`; InputError naming the file when it cannot be read
+    or is not UTF-8 (a Latin-1 dump, a binary file)."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc.strerror}") from None
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(name, exc) from None
 
 
 def size_arg(text: str) -> int:

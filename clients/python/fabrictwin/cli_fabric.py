@@ -15,6 +15,7 @@ from fabrictwin.cli_common import (
     key_value_arg,
     leaf,
     message_dict,
+    read_text,
     subcommands,
     warn,
 )
@@ -28,14 +29,8 @@ __all__ = ["register"]
 
 
 def _read_input(path: str) -> str:
-    """The text of FILE, or of stdin for `-`."""
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    """The text of FILE, or of stdin for `-` (InputError naming it if unreadable or not UTF-8)."""
+    return read_text(path)
 
 
 def _fabric_row(fabric: topology_pb2.Fabric) -> str:

@@ -15,9 +15,19 @@ import dataclasses
 import sys
 import time
 from collections.abc import Iterator
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
-from fabrictwin.cli_common import InputError, duration_arg, emit, key_value_arg, leaf, print_json, warn
+from fabrictwin.cli_common import (
+    InputError,
+    duration_arg,
+    emit,
+    key_value_arg,
+    leaf,
+    not_utf8,
+    print_json,
+    read_text,
+    warn,
+)
 from fabrictwin.client import Client
 from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import FORMATS, FormatError
@@ -39,14 +49,14 @@ _LINES_PER_CHUNK = 50_000
 
 
 def csv_batches(
-    stream: TextIO, path: str, source: str, counter_kinds: dict[str, str], batch_rows: int
+    stream: TextIO | BinaryIO, path: str, source: str, counter_kinds: dict[str, str], batch_rows: int
 ) -> Iterator[telemetry_pb2.SampleBatch]:
     """SampleBatches of at most `batch_rows` rows read lazily from CSV text; InputError names the line."""
     reader = CsvSamples(path, source, counter_kinds)
     name = resource_name("sources", source)
     lines: list[str] = []
     try:
-        for line in stream:
+        for line in _decoded(stream, path):
             lines.append(line)
             if len(lines) == _LINES_PER_CHUNK:
                 chunk = reader.parse("".join(lines))
@@ -58,6 +68,25 @@ def csv_batches(
         raise InputError(exc.details) from None
     if chunk is not None:
         yield from column_batches(name, chunk, batch_rows)
+
+
+def _decoded(stream: TextIO | BinaryIO, path: str) -> Iterator[str]:
+    """The lines of `stream` as text; InputError naming `path` and the line when they are not UTF-8.
+
+    A binary stream is decoded line by line, so the error names the very line; a text stream's
+    decoder reads ahead, so its error can only say after which line it happened.
+    """
+    number = 0
+    try:
+        for number, line in enumerate(stream, start=1):
+            if isinstance(line, bytes):
+                try:
+                    line = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise not_utf8(path, exc, f"on line {number}, column {exc.start + 1}") from None
+            yield line
+    except UnicodeDecodeError as exc:
+        raise not_utf8(path, exc, f"after line {number}") from None
 
 
 def _kinds(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -88,12 +117,11 @@ def _ingest_csv(client: Client, args: argparse.Namespace) -> int:
     if args.batch_rows <= 0:
         raise InputError("--batch-rows must be positive")
     if args.file == "-":
-        response = client.telemetry.ingest(
-            csv_batches(sys.stdin, "<stdin>", args.source, kinds, args.batch_rows)
-        )
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: a line that is not UTF-8 is named
+        response = client.telemetry.ingest(csv_batches(stdin, "<stdin>", args.source, kinds, args.batch_rows))
         return _report(args, response)
     try:
-        stream = open(args.file, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+        stream = open(args.file, "rb")  # noqa: SIM115 - closed below; decoded line by line
     except OSError as exc:
         raise InputError(f"cannot read {args.file}: {exc.strerror}") from None
     with stream:
@@ -122,11 +150,7 @@ def _import(client: Client, args: argparse.Namespace) -> int:
     if args.format == "csv":  # CSV carries its own times, and is read in pieces
         args.batch_rows = DEFAULT_BATCH_ROWS
         return _ingest_csv(client, args)
-    try:
-        with open(args.file, encoding="utf-8") as stream:
-            text = stream.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {args.file}: {exc.strerror}") from None
+    text = read_text(args.file)
     try:
         response = client.telemetry.import_text(
             args.source, text, args.format, time_ns=args.time or None, **_naming(args, args.file)

@@ -9,17 +9,21 @@
 | `lldp`           | yes    | no     | `lldp.py`         (`lldpcli -f json show neighbors` per node) |
 
 Every importer returns a validated `Fabric` or raises `InvalidArgument` naming the line (or JSON path)
-and what was expected; nothing is half-imported. Per-node formats (`lldp`) take `documents`, (name, text)
-pairs, or a tar `archive` of them instead of one text. `opensm-lfts.dump` (forwarding tables, not topology)
-lives with the routing engines.
+and what was expected, quoting at most ~200 characters of it; nothing is half-imported. Numbers are
+checked against the bounds of limits.py before any arithmetic on them, and a dump describing a fabric
+beyond the service's `FabricLimits` is refused with `ResourceExhausted` as soon as its size is known
+(from a header where the format has one), before the fabric is built. Per-node formats (`lldp`) take
+`documents`, (name, text) pairs, or a tar `archive` of them instead of one text. `opensm-lfts.dump`
+(forwarding tables, not topology) lives with the routing engines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.fabric import Fabric
+from services.topology.limits import DEFAULT_LIMITS, FabricLimits
 
 __all__ = [
     "DOCUMENT_FORMATS",
@@ -69,7 +73,9 @@ def _check_format(format: str, allowed: tuple[str, ...], verb: str) -> None:
     if format in FORMATS:
         can = "imported but not exported" if verb == "export" else "exported but not imported"
         raise InvalidArgument("format", f"{format!r} can be {can}; {verb} one of {', '.join(allowed)}")
-    raise InvalidArgument("format", f"unknown topology format {format!r}; {verb} one of {', '.join(allowed)}")
+    raise InvalidArgument(
+        "format", f"unknown topology format {quote(format)}; {verb} one of {', '.join(allowed)}"
+    )
 
 
 def import_fabric(
@@ -82,14 +88,16 @@ def import_fabric(
     documents: Sequence[tuple[str, str]] | None = None,
     archive: bytes = b"",
     port_speeds_gbps: Mapping[str, float] | None = None,
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """Parse `text` (or, for DOCUMENT_FORMATS, `documents` or `archive`) in `format` into a Fabric.
 
     Parameters: `format` is one of IMPORT_FORMATS; `default_link_speed_gbps` is used where the text
     gives no link speed (ibsim short form without a width/speed, JSON links without `speed_gbps`);
     `default_link_latency_ns` where it gives no latency (ibnetdiscover never does).
-    Raises InvalidArgument("format", ...) for an unknown or export-only format, and
-    InvalidArgument naming the line or JSON path for bad text.
+    Raises InvalidArgument("format", ...) for an unknown or export-only format,
+    InvalidArgument naming the line or JSON path for bad text, and ResourceExhausted for a fabric
+    beyond `limits`.
 
     >>> f = import_fabric("ns3_hpcc", "3 1 2\\n2\\n0 2 100Gbps 0.001ms 0\\n1 2 100Gbps 0.001ms 0\\n")
     >>> f.num_hosts, f.num_switches, f.num_links
@@ -99,7 +107,7 @@ def import_fabric(
     if format in DOCUMENT_FORMATS:
         return _import_documents(format, text, documents, archive, port_speeds_gbps,
                                  default_link_speed_gbps, default_link_latency_ns,
-                                 take_slower_end_on_speed_mismatch)  # fmt: skip
+                                 take_slower_end_on_speed_mismatch, limits)  # fmt: skip
     if documents or archive or port_speeds_gbps:
         given = "documents" if documents else "archive" if archive else "port_speeds_gbps"
         raise InvalidArgument(
@@ -116,6 +124,7 @@ def import_fabric(
         text,
         default_link_speed_gbps=default_link_speed_gbps,
         default_link_latency_ns=default_link_latency_ns,
+        limits=limits,
         **options,
     )
 
@@ -129,6 +138,7 @@ def _import_documents(
     default_link_speed_gbps: float,
     default_link_latency_ns: int,
     take_slower_end_on_speed_mismatch: bool,
+    limits: FabricLimits,
 ) -> Fabric:
     from services.topology.formats import lldp
 
@@ -149,6 +159,7 @@ def _import_documents(
         default_link_speed_gbps=default_link_speed_gbps,
         default_link_latency_ns=default_link_latency_ns,
         port_speeds_gbps=port_speeds_gbps,
+        limits=limits,
     )
 
 

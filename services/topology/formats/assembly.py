@@ -10,23 +10,34 @@ Every importer ends here, so that the rules below are the same for every format:
 - **LIDs**: a LID of 0 means "not given"; such nodes get fresh LIDs above the highest given one,
   in node order (so a dump without LIDs gets 1..N, as generators do).
 - **link names** are `link_display_names` of the node names, as for generated fabrics.
+- **size**: the fabric is admitted by the service's `FabricLimits` (nodes, links, ports per switch)
+  before its arrays are assembled; importers that know the size earlier (a header) check it there.
 - the result passes `Fabric.validate()`; an importer that got this far has already named the line
   of any problem it could pin to one.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.fabric import Fabric, LinkState, NodeKind, link_display_names
+from services.topology.limits import (
+    DEFAULT_LIMITS,
+    MAX_LINK_LATENCY_NS,
+    MAX_NAME_CHARS,
+    FabricLimits,
+    FabricSize,
+    check_latency_ns,
+    check_speed_gbps,
+)
 
 __all__ = [
     "assemble_fabric",
     "check_defaults",
+    "check_name",
     "infer_tiers",
     "orient_upper_tier_first",
 ]
@@ -36,20 +47,24 @@ _MAX_TIER = 127
 
 def check_defaults(default_link_speed_gbps: Any, default_link_latency_ns: Any) -> tuple[int, int]:
     """(rate in bit/s, latency in ns) from the importers' defaults; InvalidArgument naming the bad one."""
-    speed = default_link_speed_gbps
-    if (
-        isinstance(speed, bool)
-        or not isinstance(speed, int | float)
-        or not math.isfinite(speed)
-        or speed <= 0
-    ):
-        raise InvalidArgument("default_link_speed_gbps", f"must be a positive number of Gb/s, got {speed!r}")
+    speed = check_speed_gbps(default_link_speed_gbps, "default_link_speed_gbps")
     latency = default_link_latency_ns
-    if isinstance(latency, bool) or not isinstance(latency, int | np.integer) or latency < 0:
+    if isinstance(latency, bool) or not isinstance(latency, int | np.integer):
         raise InvalidArgument(
-            "default_link_latency_ns", f"must be a whole number of ns, at least 0, got {latency!r}"
+            "default_link_latency_ns",
+            f"must be a whole number of ns in 0..{MAX_LINK_LATENCY_NS:,}, got {quote(latency, 40)}",
         )
-    return round(float(speed) * 1e9), int(latency)
+    return round(speed * 1e9), check_latency_ns(latency, "default_link_latency_ns")
+
+
+def check_name(name: str, where: str) -> str:
+    """A node name of at most MAX_NAME_CHARS characters; InvalidArgument naming `where` otherwise."""
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidArgument(
+            where,
+            f"a node name has at most {MAX_NAME_CHARS} characters, got {len(name):,}: {quote(name, 60)}",
+        )
+    return name
 
 
 def infer_tiers(kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -124,6 +139,7 @@ def assemble_fabric(
     orient: bool = False,
     port_names: tuple[list[str], list[str]] | None = None,
     import_notes: list[str] | None = None,
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """A validated Fabric from parsed arrays; missing optional arrays take the defaults above.
 
@@ -132,6 +148,14 @@ def assemble_fabric(
     a and b ends) move with their ends.
     """
     n = kind.shape[0]
+    radix = np.asarray(radix, dtype=np.int64)
+    widest = int(radix.max(initial=0))
+    what = (
+        f"the fabric ({names[int(np.argmax(radix))]})"
+        if widest > limits.max_ports_per_switch
+        else "the fabric"
+    )
+    limits.admit(FabricSize(n, len(links[0]), widest), what)
     kind = kind.astype(np.int8)
     a, port_a, b, port_b = (np.asarray(x, dtype=np.int32) for x in links)
     num_links = a.shape[0]

@@ -11,7 +11,8 @@ port: `[<port>](<port guid>)? "<peer id>"[<peer port>](<peer port guid>)? # (lid
 
 What becomes of it:
 - nodes in file order; `Switch` -> SWITCH, `Ca`/`Hca` -> HOST; `Rt` (router) is refused;
-  radix = the header's port count; GUID from `switchguid=`/`caguid=` or else the `S-`/`H-` id
+  radix = the header's port count (1..65535; ports and peer ports likewise, LIDs 0..65535, GUIDs
+  64 bits: a number out of range names its line); GUID from `switchguid=`/`caguid=` or else the `S-`/`H-` id
   (0 for ibsim ids); a switch's LID from its header, a CA's from its lowest-numbered port line
   (`# lid <n> lmc <m> ...`); nodes without one get fresh LIDs (see assembly.py). Per-port GUIDs
   and CA ports' other LIDs are checked for form but not kept: `Fabric` has one GUID and LID a node.
@@ -47,12 +48,13 @@ from typing import Literal
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, excerpt, quote
 from services.topology.fabric import Fabric, NodeKind
-from services.topology.formats.assembly import assemble_fabric, check_defaults
+from services.topology.formats.assembly import assemble_fabric, check_defaults, check_name
 from services.topology.formats.ibnetdiscover_export import export_ibnetdiscover
 from services.topology.formats.link_pairing import PortLines, pair_port_lines
 from services.topology.formats.link_speeds import LANE_GBPS, rate_bps
+from services.topology.limits import DEFAULT_LIMITS, MAX_LID, MAX_PORT, FabricLimits, FabricSize
 
 __all__ = ["export_ibnetdiscover", "import_ibnetdiscover"]
 
@@ -105,6 +107,16 @@ def _int(text: str) -> int:
     return int(text, 16) if text[:2].lower() == "0x" else int(text)
 
 
+def _bounded(text: str, n: int, what: str, low: int, high: int) -> int:
+    """A number of line `n` (decimal or 0x hex) in low..high; InvalidArgument naming the line otherwise.
+    Digits are counted first: a 10 MB number is refused without being converted."""
+    digits = text[2:] if text[:2].lower() == "0x" else text
+    value = _int(text) if len(digits) <= 20 else None
+    if value is None or not low <= value <= high:
+        raise InvalidArgument(f"line {n}", f"{what} must be in {low:,}..{high:,}, got {excerpt(text, 30)}")
+    return value
+
+
 def _link_rate(tail: str, n: int, default_bps: int) -> int:
     """Rate of a port line from what follows the peer (comment or ibsim options); -1 = none given."""
     if not tail:
@@ -114,26 +126,30 @@ def _link_rate(tail: str, n: int, default_bps: int) -> int:
         if comment is None:
             raise InvalidArgument(
                 f"line {n}",
-                f'expected `# "<peer description>" lid <lid> <width>x<speed>` after the peer, got {tail!r}',
+                'expected `# "<peer description>" lid <lid> <width>x<speed>` after the peer, '
+                f"got {quote(tail)}",
             )
         token = comment.group(2)
         width_speed = _WIDTH_SPEED.match(token)
         if width_speed is not None:
-            rate = rate_bps(int(width_speed.group(1)), width_speed.group(2))
+            lanes = width_speed.group(1)
+            rate = rate_bps(int(lanes), width_speed.group(2)) if len(lanes) <= 2 else None
             if rate is not None:
                 return rate
         if "?" in token:
             return -1  # `??`/`???`: the tool could not name it; the default applies, as for none given
         raise InvalidArgument(
             f"line {n}",
-            f"expected a width x speed such as 4xEDR (speeds {', '.join(LANE_GBPS)}), got {token!r}",
+            f"expected a width x speed such as 4xEDR (speeds {', '.join(LANE_GBPS)}), got {quote(token)}",
         )
     options: dict[str, int] = {}
     for token in tail.split():
         option = _IBSIM_OPTION.match(token)
         if option is None:
-            raise InvalidArgument(f"line {n}", f"expected `# ...` or ibsim options w=, s=, e=, got {token!r}")
-        options[option.group(1)] = int(option.group(2))
+            raise InvalidArgument(
+                f"line {n}", f"expected `# ...` or ibsim options w=, s=, e=, got {quote(token)}"
+            )
+        options[option.group(1)] = _bounded(option.group(2), n, f"{option.group(1)}=", 0, 255)
     lanes = options.get("w", 4)
     if lanes not in (1, 2, 4, 8, 12):
         raise InvalidArgument(f"line {n}", f"w= is a lane count (1, 2, 4, 8 or 12), got {lanes}")
@@ -152,6 +168,8 @@ def _link_rate(tail: str, n: int, default_bps: int) -> int:
 
 def _name_nodes(nodes: _Nodes) -> list[str]:
     names = [desc if desc else node_id for desc, node_id in zip(nodes.descriptions, nodes.ids, strict=True)]
+    for i, name in enumerate(names):
+        check_name(name, f"line {nodes.lines[i]}")
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
@@ -161,10 +179,11 @@ def _name_nodes(nodes: _Nodes) -> list[str]:
     ]
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
+        check_name(name, f"line {nodes.lines[i]}")
         if name in seen:
             raise InvalidArgument(
                 f"line {nodes.lines[i]}",
-                f"node name {name!r} is also the name of the node on line {nodes.lines[seen[name]]}",
+                f"node name {quote(name)} is also the name of the node on line {nodes.lines[seen[name]]}",
             )
         seen[name] = i
     return names
@@ -176,6 +195,7 @@ def import_ibnetdiscover(
     default_link_speed_gbps: float = 400.0,
     default_link_latency_ns: int = 500,
     rate_mismatch: RateMismatch = "error",
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """Parse an ibnetdiscover dump or an ibsim net file into a validated Fabric.
 
@@ -183,7 +203,8 @@ def import_ibnetdiscover(
     link; `rate_mismatch` says what to do when a link's two ends report different width x speed:
     "error" (the default: the dump contradicts itself) or "slower" (take the lower of the two, for
     dumps known to be hand-edited, such as the ibnetdiscover man-page example).
-    Raises InvalidArgument naming the line (`line 12`) and what was expected.
+    Raises InvalidArgument naming the line (`line 12`) and what was expected, ResourceExhausted as soon
+    as the dump holds more nodes or port lines than `limits` allow.
 
     >>> dump = '''Switch 8 "S-0000000000000001" # "leaf" enhanced port 0 lid 1 lmc 0
     ... [1] "H-0000000000000002"[1](3) # "node-a HCA-1" lid 2 4xNDR
@@ -210,7 +231,7 @@ def import_ibnetdiscover(
             port_line = _PORT.match(line)
             if port_line is None:
                 raise InvalidArgument(
-                    f"line {n}", f'expected `[<port>] "<peer id>"[<peer port>] ...`, got {line!r}'
+                    f"line {n}", f'expected `[<port>] "<peer id>"[<peer port>] ...`, got {quote(line)}'
                 )
             if not nodes.ids or pending:
                 raise InvalidArgument(
@@ -218,7 +239,8 @@ def import_ibnetdiscover(
                 )
             node = len(nodes.ids) - 1
             port, _own_guid, peer_id, peer_port, _peer_guid, tail = port_line.groups()
-            port, peer_port = int(port), int(peer_port or 1)
+            port = _bounded(port, n, "a port", 1, MAX_PORT)
+            peer_port = _bounded(peer_port or "1", n, "a peer port", 1, MAX_PORT)
             if not 1 <= port <= nodes.radix[node]:
                 raise InvalidArgument(
                     f"line {n}",
@@ -227,8 +249,10 @@ def import_ibnetdiscover(
             if peer_port < 1:
                 raise InvalidArgument(f"line {n}", "peer ports are numbered from 1")
             ports.add(node, port, peer_id, peer_port, _link_rate(tail.strip(), n, default_bps), n)
+            if len(ports.line) > 2 * limits.max_links:  # every link is listed from both ends
+                limits.admit(FabricSize(len(nodes.ids), -(-len(ports.line) // 2)), f"the dump (line {n})")
             own = _OWN_LID.match(tail.strip())
-            own_lid = int(own.group(1)) if own else 0
+            own_lid = _bounded(own.group(1), n, "a LID", 0, MAX_LID) if own else 0
             lowest_so_far = node not in ca_port_lid or port < ca_port_lid[node][0]
             if own_lid and nodes.kinds[node] == NodeKind.HOST and lowest_so_far:
                 ca_port_lid[node] = (port, own_lid)
@@ -236,23 +260,28 @@ def import_ibnetdiscover(
             continue
         header = _NODE.match(line)
         if header is not None:
+            if len(nodes.ids) >= limits.max_nodes:
+                limits.admit(FabricSize(len(nodes.ids) + 1, len(ports.line) // 2), f"the dump (line {n})")
             _add_node(nodes, header, pending, n)
             pending = []
             continue
         id_field = _ID_FIELD.match(line)
         if id_field is not None:
-            pending.append((n, id_field.group(1), _int(id_field.group(2))))
+            value = _bounded(id_field.group(2), n, f"{id_field.group(1)}=", 0, 2**64 - 1)
+            pending.append((n, id_field.group(1), value))
             continue
         if _ID_NAME.match(line):
-            raise InvalidArgument(f"line {n}", f"expected <name>=0x<hex> or <name>=<decimal>, got {line!r}")
+            raise InvalidArgument(
+                f"line {n}", f"expected <name>=0x<hex> or <name>=<decimal>, got {quote(line)}"
+            )
         if _DIAGNOSTIC.match(line):
-            log.warning("ibnetdiscover import: skipped tool diagnostic on line %d: %s", n, line)
+            log.warning("ibnetdiscover import: skipped tool diagnostic on line %d: %s", n, excerpt(line))
             continue
         raise InvalidArgument(
             f"line {n}",
             'expected a node header (Switch/Ca <ports> "<id>" ...), a port line ([<port>] ...), '
             "an id line (vendid=, devid=, sysimgguid=, switchguid=, caguid=), a comment or a blank line; "
-            f"got {line!r}",
+            f"got {quote(line)}",
         )
     if pending:
         raise InvalidArgument(
@@ -274,6 +303,7 @@ def import_ibnetdiscover(
         guid=np.asarray(nodes.guids, dtype=np.uint64),
         lid=np.asarray(nodes.lids, dtype=np.int64),
         orient=True,
+        limits=limits,
     )
 
 
@@ -282,20 +312,19 @@ def _add_node(nodes: _Nodes, header: re.Match[str], pending: list[tuple[int, str
     if kind_word == "Rt":
         raise InvalidArgument(f"line {n}", "router nodes (Rt) are not modelled; expected a Switch or Ca")
     kind = NodeKind.SWITCH if kind_word == "Switch" else NodeKind.HOST
-    if int(radix) < 1:
-        raise InvalidArgument(f"line {n}", "a node has at least one port")
+    radix = _bounded(radix, n, "a node's port count", 1, MAX_PORT)
     if node_id in nodes.index:
         raise InvalidArgument(
-            f"line {n}", f'node id "{node_id}" is also on line {nodes.lines[nodes.index[node_id]]}'
+            f"line {n}", f'node id "{excerpt(node_id)}" is also on line {nodes.lines[nodes.index[node_id]]}'
         )
     description, lid = "", 0
     if tail:
         comment = _NODE_COMMENT.match(tail)
         if comment is None:
             raise InvalidArgument(
-                f"line {n}", f'expected `# "<node description>" ...` after the node id, got {tail!r}'
+                f"line {n}", f'expected `# "<node description>" ...` after the node id, got {quote(tail)}'
             )
-        description, lid = comment.group(1).strip(), int(comment.group(2) or 0)
+        description, lid = comment.group(1).strip(), _bounded(comment.group(2) or "0", n, "a LID", 0, MAX_LID)
     guid = 0
     from_id = _GUID_ID.match(node_id)
     if from_id is not None:
@@ -309,7 +338,8 @@ def _add_node(nodes: _Nodes, header: re.Match[str], pending: list[tuple[int, str
                 )
             if from_id is not None and value != guid:
                 raise InvalidArgument(
-                    f"line {line}", f'{name}={value:#x} disagrees with the id "{node_id}" on line {n}'
+                    f"line {line}",
+                    f'{name}={value:#x} disagrees with the id "{excerpt(node_id)}" on line {n}',
                 )
             guid = value
     nodes.index[node_id] = len(nodes.ids)

@@ -18,15 +18,17 @@
 
 - `version` (optional, must be 1), `nodes` (required, at least one) and `links` (optional); no
   other top-level keys.
-- a node needs `name` (unique, non-empty) and `kind` (`HOST` or `SWITCH`, any case). Optional:
-  `tier` (hosts 0, switches 1..127; inferred as in assembly.py where left out), `radix` (default:
-  the highest port its links use, at least 1), `guid` (a `0x` hex string - JSON numbers cannot
-  hold 64 bits exactly in every reader - or a non-negative integer; default 0 = unknown), `lid`
-  (0..65535; 0 or absent = assign one), `rail` and `group` (-1 = none, the default), `ip` (dotted
-  IPv4; `""` or absent = none).
+- a node needs `name` (unique, non-empty, at most 256 characters) and `kind` (`HOST` or `SWITCH`,
+  any case). Optional: `tier` (hosts 0, switches 1..127; inferred as in assembly.py where left out),
+  `radix` (1..65535; default: the highest port its links use, at least 1), `guid` (a `0x` hex
+  string - JSON numbers cannot hold 64 bits exactly in every reader - or a non-negative integer;
+  default 0 = unknown), `lid` (0..65535; 0 or absent = assign one), `rail` and `group` (-1..2^31-1;
+  -1 = none, the default), `ip` (dotted IPv4; `""` or absent = none).
 - a link needs `a`, `b` (node names) and `a_port`, `b_port` (1..radix). Optional: `speed_gbps`
-  (> 0; default `default_link_speed_gbps`), `latency_ns` (whole ns >= 0; default
+  (1e-6..1.6e6; default `default_link_speed_gbps`), `latency_ns` (whole ns in 0..1e9; default
   `default_link_latency_ns`), `state` (`UP`, `DOWN`, `DEGRADED`; default UP), `ber` (0..1; 0).
+- a document nested deeper than the format (Python's parser stops at ~1,000 levels) is refused, and
+  one with more nodes or links than the service's limits is refused before its entries are read.
 - link names are derived (`a/p1<->b/p1`), as for every fabric; unknown keys are errors, so a typo
   never silently falls back to a default.
 
@@ -43,9 +45,18 @@ from typing import Any
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, excerpt, quote
 from services.topology.fabric import Fabric, LinkState, NodeKind, format_ipv4
-from services.topology.formats.assembly import assemble_fabric, check_defaults, infer_tiers
+from services.topology.formats.assembly import assemble_fabric, check_defaults, check_name, infer_tiers
+from services.topology.limits import (
+    DEFAULT_LIMITS,
+    MAX_PORT,
+    MAX_TAG,
+    FabricLimits,
+    FabricSize,
+    check_latency_ns,
+    check_speed_gbps,
+)
 
 __all__ = ["FORMAT_VERSION", "export_json", "import_json"]
 
@@ -132,23 +143,23 @@ def export_json(fabric: Fabric) -> str:
 
 def _whole(value: Any, path: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(path, f"must be a whole number, got {value!r}")
+        raise InvalidArgument(path, f"must be a whole number, got {quote(value, 60)}")
     if value < low or (high is not None and value > high):
         bounds = f"at least {low}" if high is None else f"in {low}..{high}"
-        raise InvalidArgument(path, f"must be {bounds}, got {value}")
+        raise InvalidArgument(path, f"must be {bounds}, got {excerpt(value, 60)}")
     return value
 
 
 def _number(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgument(path, f"must be a number, got {value!r}")
+        raise InvalidArgument(path, f"must be a number, got {quote(value, 60)}")
     return float(value)
 
 
 def _enum(value: Any, path: str, enum: type[NodeKind] | type[LinkState]) -> int:
     names = [member.name for member in enum]
     if not isinstance(value, str) or value.upper() not in names:
-        raise InvalidArgument(path, f"must be one of {', '.join(names)}, got {value!r}")
+        raise InvalidArgument(path, f"must be one of {', '.join(names)}, got {quote(value)}")
     return int(enum[value.upper()])
 
 
@@ -158,7 +169,8 @@ def _object(value: Any, path: str, keys: tuple[str, ...], required: tuple[str, .
     for key in value:
         if key not in keys:
             raise InvalidArgument(
-                f"{path}.{key}", f"unknown key; a {path.split('[')[0][:-1]} has {', '.join(keys)}"
+                f"{path}.{excerpt(key, 60)}",
+                f"unknown key; a {path.split('[')[0][:-1]} has {', '.join(keys)}",
             )
     for key in required:
         if key not in value:
@@ -174,12 +186,12 @@ def _guid(value: Any, path: str) -> int:
             guid = None
         if guid is None:
             raise InvalidArgument(
-                path, f'must be a 0x hex string such as "0x0002c90300a1b2c3", got {value!r}'
+                path, f'must be a 0x hex string such as "0x0002c90300a1b2c3", got {quote(value, 60)}'
             )
     else:
         guid = _whole(value, path, 0)
     if not 0 <= guid < 2**64:
-        raise InvalidArgument(path, f"must fit in 64 bits, got {value!r}")
+        raise InvalidArgument(path, f"must fit in 64 bits, got {quote(value, 60)}")
     return guid
 
 
@@ -189,11 +201,15 @@ def _ip(value: Any, path: str) -> int:
     try:
         return int(ipaddress.IPv4Address(value))
     except (ipaddress.AddressValueError, ValueError) as exc:
-        raise InvalidArgument(path, f'must be a dotted IPv4 address or "", got {value!r}') from exc
+        raise InvalidArgument(path, f'must be a dotted IPv4 address or "", got {quote(value, 60)}') from exc
 
 
 def import_json(
-    text: str, *, default_link_speed_gbps: float = 400.0, default_link_latency_ns: int = 500
+    text: str,
+    *,
+    default_link_speed_gbps: float = 400.0,
+    default_link_latency_ns: int = 500,
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """Parse FabricTwin JSON into a validated Fabric; InvalidArgument names the JSON path.
 
@@ -207,20 +223,27 @@ def import_json(
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"line {exc.lineno}", f"not JSON: {exc.msg} (column {exc.colno})") from exc
+    except ValueError as exc:  # Python refuses to convert an integer literal of more than 4,300 digits
+        raise InvalidArgument("$", f"a number with too many digits ({excerpt(exc, 80)})") from None
+    except RecursionError:
+        raise InvalidArgument(
+            "$", "nested too deeply to be a topology (the format nests 3 levels: document, list, entry)"
+        ) from None
     if not isinstance(document, dict):
         raise InvalidArgument(
             "$", f"must be a JSON object with nodes and links, got {type(document).__name__}"
         )
     for key in document:
         if key not in ("version", "nodes", "links"):
-            raise InvalidArgument(key, "unknown key; the document has version, nodes and links")
+            raise InvalidArgument(excerpt(key, 60), "unknown key; the document has version, nodes and links")
     if document.get("version", FORMAT_VERSION) != FORMAT_VERSION:
-        raise InvalidArgument("version", f"must be {FORMAT_VERSION}, got {document['version']!r}")
+        raise InvalidArgument("version", f"must be {FORMAT_VERSION}, got {quote(document['version'], 60)}")
     raw_nodes, raw_links = document.get("nodes"), document.get("links", [])
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise InvalidArgument("nodes", "must be a non-empty list of nodes")
     if not isinstance(raw_links, list):
         raise InvalidArgument("links", "must be a list of links")
+    limits.admit(FabricSize(len(raw_nodes), len(raw_links)))
 
     n = len(raw_nodes)
     names: list[str] = []
@@ -238,20 +261,23 @@ def import_json(
         node = _object(raw, path, _NODE_KEYS, ("name", "kind"))
         name = node["name"]
         if not isinstance(name, str) or not name:
-            raise InvalidArgument(f"{path}.name", f"must be a non-empty string, got {name!r}")
+            raise InvalidArgument(f"{path}.name", f"must be a non-empty string, got {quote(name, 60)}")
+        check_name(name, f"{path}.name")
         if name in index:
-            raise InvalidArgument(f"{path}.name", f"{name!r} is also the name of nodes[{index[name]}]")
+            raise InvalidArgument(f"{path}.name", f"{quote(name)} is also the name of nodes[{index[name]}]")
         index[name] = i
         names.append(name)
         kind[i] = _enum(node["kind"], f"{path}.kind", NodeKind)
         if "tier" in node:
             low, high = (0, 0) if kind[i] == NodeKind.HOST else (1, 127)
             tier[i] = _whole(node["tier"], f"{path}.tier", low, high)
-        radix[i] = _whole(node["radix"], f"{path}.radix", 1) if "radix" in node else 0  # 0: from links
+        radix[i] = (
+            _whole(node["radix"], f"{path}.radix", 1, MAX_PORT) if "radix" in node else 0
+        )  # 0: from links
         guid[i] = _guid(node.get("guid", 0), f"{path}.guid")
         lid[i] = _whole(node.get("lid", 0), f"{path}.lid", 0, 65535)
-        rail[i] = _whole(node.get("rail", -1), f"{path}.rail", -1)
-        group[i] = _whole(node.get("group", -1), f"{path}.group", -1)
+        rail[i] = _whole(node.get("rail", -1), f"{path}.rail", -1, MAX_TAG)
+        group[i] = _whole(node.get("group", -1), f"{path}.group", -1, MAX_TAG)
         ip[i] = _ip(node.get("ip", ""), f"{path}.ip")
 
     links = _parse_links(raw_links, index, default_bps, default_latency)
@@ -271,6 +297,7 @@ def import_json(
         rate_bps=links[4],
         latency_ns=links[5],
         tier=np.where(tier >= 0, tier, inferred),
+        limits=limits,
         guid=guid,
         lid=lid,
         group=group,
@@ -298,19 +325,20 @@ def _parse_links(
         for end in ("a", "b"):
             name = link[end]
             if not isinstance(name, str) or name not in index:
-                raise InvalidArgument(f"{path}.{end}", f"must name a node, got {name!r}")
+                raise InvalidArgument(f"{path}.{end}", f"must name a node, got {quote(name)}")
             columns[end][i] = index[name]
-            columns[f"{end}_port"][i] = _whole(link[f"{end}_port"], f"{path}.{end}_port", 1)
+            columns[f"{end}_port"][i] = _whole(link[f"{end}_port"], f"{path}.{end}_port", 1, MAX_PORT)
         if "speed_gbps" in link:
-            speed = _number(link["speed_gbps"], f"{path}.speed_gbps")
-            if speed <= 0:
-                raise InvalidArgument(
-                    f"{path}.speed_gbps", f"must be a positive number, got {link['speed_gbps']!r}"
-                )
-            columns["rate"][i] = round(speed * 1e9)
+            speed = link["speed_gbps"]
+            if isinstance(speed, int | float) and not isinstance(speed, bool) and speed <= 0:
+                raise InvalidArgument(f"{path}.speed_gbps", f"must be a positive number, got {speed!r}")
+            columns["rate"][i] = round(check_speed_gbps(speed, f"{path}.speed_gbps") * 1e9)
         else:
             columns["rate"][i] = default_bps
-        columns["latency"][i] = _whole(link.get("latency_ns", default_latency), f"{path}.latency_ns", 0)
+        latency = link.get("latency_ns", default_latency)
+        columns["latency"][i] = check_latency_ns(
+            _whole(latency, f"{path}.latency_ns", 0), f"{path}.latency_ns"
+        )
         columns["state"][i] = _enum(link.get("state", "UP"), f"{path}.state", LinkState)
         ber = _number(link.get("ber", 0.0), f"{path}.ber")
         if not 0.0 <= ber <= 1.0:

@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, excerpt
 
 __all__ = ["PairedLinks", "PortLines", "pair_port_lines"]
 
@@ -69,7 +69,7 @@ def pair_port_lines(
     if unknown.size:
         i = int(unknown[0])
         raise InvalidArgument(
-            f"line {line[i]}", f'peer "{ports.peer_id[i]}" has no Switch or Ca block in this dump'
+            f"line {line[i]}", f'peer "{excerpt(ports.peer_id[i])}" has no Switch or Ca block in this dump'
         )
     node = np.asarray(ports.node, dtype=np.int64)
     port = np.asarray(ports.port, dtype=np.int64)

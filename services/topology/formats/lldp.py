@@ -29,8 +29,9 @@ Rules:
   IPv4 management address.
 - **ports**: a local interface is named by its interface name; a neighbour's port by its ID when
   the ID is an ifname, else by its description. Port numbers: when every port name of a node ends in
-  a distinct number >= 1 (`swp1`, `Ethernet48`) that number, else 1, 2, ... in natural order of the
-  names. The names are kept on the links (`Link.port_name_a/b`).
+  a distinct number in 1..65535 (`swp1`, `Ethernet48`) that number, else 1, 2, ... in natural order
+  of the names (forwarding tables hold 16-bit ports, so `swp70000` never becomes another port). The
+  names (at most 256 characters, as node names) are kept on the links (`Link.port_name_a/b`).
 - **links**: A's `swp3` naming B's `swp1` and B's `swp1` naming A's `swp3` is one link. Parallel
   links are kept. When B's `swp1` names a third node, or a local interface lists two neighbours, the
   documents disagree and the import is refused naming both documents and ports. A link that only
@@ -50,12 +51,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from fabrictwin.lldp import MAX_ARCHIVE_BYTES, LldpError, quote, read_cabling
+from fabrictwin.lldp import MAX_ARCHIVE_BYTES, LldpError, read_cabling
 from fabrictwin.lldp import documents_from_archive as _read_archive
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, excerpt, quote
 from services.topology.fabric import Fabric, NodeKind
-from services.topology.formats.assembly import assemble_fabric, check_defaults
+from services.topology.formats.assembly import assemble_fabric, check_defaults, check_name
+from services.topology.limits import DEFAULT_LIMITS, MAX_NAME_CHARS, MAX_PORT, FabricLimits, FabricSize
 
 __all__ = ["MAX_ARCHIVE_BYTES", "documents_from_archive", "import_lldp", "neighbour_documents"]
 
@@ -79,8 +81,9 @@ def _port_numbers(names: Iterable[str]) -> dict[str, int]:
     """Port numbers of one node's port names (rule in the module docstring)."""
     ordered = sorted(set(names), key=_natural_key)
     trailing = [_TRAILING_NUMBER.search(name) for name in ordered]
-    numbers = [int(match[1]) if match else 0 for match in trailing]
-    if all(number >= 1 for number in numbers) and len(set(numbers)) == len(numbers):
+    # Past six digits a number is beyond MAX_PORT whatever it is: not worth converting.
+    numbers = [int(match[1]) if match and len(match[1]) <= 6 else 0 for match in trailing]
+    if all(1 <= number <= MAX_PORT for number in numbers) and len(set(numbers)) == len(numbers):
         return dict(zip(ordered, numbers, strict=True))
     return {name: i + 1 for i, name in enumerate(ordered)}
 
@@ -103,10 +106,12 @@ def import_lldp(
     default_link_speed_gbps: float = 400.0,
     default_link_latency_ns: int = 500,
     port_speeds_gbps: Mapping[str, float] | None = None,
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """A fabric from one LLDP neighbour document per node, as (name, text) pairs.
 
-    Raises InvalidArgument naming the document (and node and port) of the first problem.
+    Raises InvalidArgument naming the document (and node and port) of the first problem, and
+    ResourceExhausted for more documents (nodes) or cables than `limits` allow.
 
     >>> leaf = '{"lldp": {"interface": {"swp1": {"chassis": {"h0": {"id": {"type": "mac", "value": "x"}}},'
     >>> leaf += ' "port": {"id": {"type": "ifname", "value": "eth0"}}}}}}'
@@ -119,12 +124,27 @@ def import_lldp(
     """
     default_rate_bps, latency_ns = check_defaults(default_link_speed_gbps, default_link_latency_ns)
     speeds = _speeds(port_speeds_gbps or {})
+    limits.admit(FabricSize(len(documents), 0), "the documents")  # one node each
     try:
         cabling = read_cabling(documents)
     except LldpError as exc:
-        raise InvalidArgument(exc.field, exc.problem) from None
+        # The reader quotes names and ports as the documents give them; bound what one of 10 MB echoes.
+        raise InvalidArgument(excerpt(exc.field, 300), excerpt(exc.problem, 500)) from None
+    except ValueError as exc:  # an integer literal of more than 4,300 digits, which Python will not convert
+        raise InvalidArgument("documents", f"a document does not parse ({excerpt(exc, 80)})") from None
     links, notes = cabling.cables, cabling.notes
     names = cabling.nodes
+    limits.admit(FabricSize(len(names), len(links)))
+    for name in names:
+        check_name(name, f"documents[{quote(name, 60)}]")
+    for node, port, peer, peer_port in links:
+        for owner, interface in ((node, port), (peer, peer_port)):
+            if len(interface) > MAX_NAME_CHARS:
+                raise InvalidArgument(
+                    f"documents[{quote(owner, 60)}]",
+                    f"a port name has at most {MAX_NAME_CHARS} characters, got {len(interface):,}: "
+                    f"{quote(interface, 60)}",
+                )
     index = {name: i for i, name in enumerate(names)}
     ports_of: dict[str, list[str]] = {name: [] for name in names}
     for node, port, peer, peer_port in links:
@@ -160,6 +180,7 @@ def import_lldp(
         orient=True,
         port_names=([port for _, port, _, _ in links], [port for _, _, _, port in links]),
         import_notes=notes,
+        limits=limits,
     )
 
 

@@ -19,6 +19,9 @@ Import:
 - error_rate is HPCC's per-packet loss probability (ERROR_UNIT_PACKET): 0 -> UP; 1 -> DOWN (every
   packet lost); in between -> DEGRADED with `ber = 1 - (1 - error_rate) ** (1 / PACKET_BITS)`,
   PACKET_BITS = 8000 (HPCC's default 1000-byte payload);
+- bounds: rates 1 kb/s..1.6 Pb/s, delays 0..1 s, node ids below the header's node count; a header
+  declaring more nodes or links than the service's limits is refused (ResourceExhausted) before any
+  line after it is read, and so is a node with more links than a switch has ports (65,535);
 - the header's counts must match: fewer link lines than declared is an error, and so is a link line
   beyond the declared count. Text after the declared links that is separated from them by a blank
   line and is not a link line (HPCC's own topology.txt ends with such notes) is ignored with a
@@ -37,9 +40,17 @@ import re
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.fabric import Fabric, LinkState, NodeKind
 from services.topology.formats.assembly import assemble_fabric, check_defaults
+from services.topology.limits import (
+    DEFAULT_LIMITS,
+    MAX_LINK_LATENCY_NS,
+    MAX_LINK_SPEED_GBPS,
+    MIN_LINK_SPEED_GBPS,
+    FabricLimits,
+    FabricSize,
+)
 
 __all__ = ["PACKET_BITS", "export_ns3_hpcc", "import_ns3_hpcc"]
 
@@ -58,11 +69,17 @@ _RATE_UNITS = {
 _DELAY_NS = {"": 1e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0, "ps": 1e-3}
 
 
+_MAX_COUNT = 2**31 - 1  # node and link indices are int32
+
+
 def _ints(line: str, n: int, what: str) -> list[int]:
-    try:
-        return [int(token) for token in line.split()]
-    except ValueError as exc:
-        raise InvalidArgument(f"line {n}", f"expected {what} (whole numbers), got {line.strip()!r}") from exc
+    tokens = line.split()
+    if not all(token.isascii() and token.isdigit() for token in tokens):
+        raise InvalidArgument(f"line {n}", f"expected {what} (whole numbers), got {quote(line.strip())}")
+    # Digits are counted before conversion: a 10 MB number is refused without being converted.
+    if any(len(token) > 10 or int(token) > _MAX_COUNT for token in tokens):
+        raise InvalidArgument(f"line {n}", f"{what}: each at most {_MAX_COUNT:,}, got {quote(line.strip())}")
+    return [int(token) for token in tokens]
 
 
 def _link(tokens: list[str], n: int, node_count: int) -> tuple[int, int, int, int, float]:
@@ -71,14 +88,13 @@ def _link(tokens: list[str], n: int, node_count: int) -> tuple[int, int, int, in
         raise InvalidArgument(
             f"line {n}",
             "expected `src dst rate delay error_rate` such as `0 4 100Gbps 0.001ms 0`, "
-            f"got {' '.join(tokens)!r}",
+            f"got {quote(' '.join(tokens))}",
         )
-    try:
-        src, dst = int(tokens[0]), int(tokens[1])
-    except ValueError as exc:
+    if not all(token.isascii() and token.isdigit() and len(token) <= 10 for token in tokens[:2]):
         raise InvalidArgument(
-            f"line {n}", f"src and dst must be node ids, got {tokens[0]!r} {tokens[1]!r}"
-        ) from exc
+            f"line {n}", f"src and dst must be node ids, got {quote(tokens[0], 40)} {quote(tokens[1], 40)}"
+        )
+    src, dst = int(tokens[0]), int(tokens[1])
     for end in (src, dst):
         if not 0 <= end < node_count:
             raise InvalidArgument(
@@ -89,27 +105,39 @@ def _link(tokens: list[str], n: int, node_count: int) -> tuple[int, int, int, in
         raise InvalidArgument(f"line {n}", f"a link joins two nodes, got {src} to itself")
     rate = _RATE.match(tokens[2])
     if rate is None or rate.group(2) not in _RATE_UNITS or float(rate.group(1)) <= 0:
-        raise InvalidArgument(f"line {n}", f"expected a positive rate such as 100Gbps, got {tokens[2]!r}")
+        raise InvalidArgument(
+            f"line {n}", f"expected a positive rate such as 100Gbps, got {quote(tokens[2])}"
+        )
+    rate_bps = float(rate.group(1)) * _RATE_UNITS[rate.group(2)]  # inf for 1e400: refused below
+    if not MIN_LINK_SPEED_GBPS * 1e9 <= rate_bps <= MAX_LINK_SPEED_GBPS * 1e9:
+        raise InvalidArgument(
+            f"line {n}",
+            f"a rate is {MIN_LINK_SPEED_GBPS * 1e6:g}kbps..{MAX_LINK_SPEED_GBPS:g}Gbps, "
+            f"got {quote(tokens[2], 40)}",
+        )
     delay = _DELAY.match(tokens[3])
     if delay is None or delay.group(2) not in _DELAY_NS:
-        raise InvalidArgument(f"line {n}", f"expected a delay such as 0.001ms or 500ns, got {tokens[3]!r}")
+        raise InvalidArgument(
+            f"line {n}", f"expected a delay such as 0.001ms or 500ns, got {quote(tokens[3])}"
+        )
+    delay_ns = float(delay.group(1)) * _DELAY_NS[delay.group(2)]
+    if not delay_ns <= MAX_LINK_LATENCY_NS:
+        raise InvalidArgument(f"line {n}", f"a delay is at most 1s, got {quote(tokens[3], 40)}")
     try:
         error_rate = float(tokens[4])
     except ValueError:
         error_rate = math.nan
     if not 0.0 <= error_rate <= 1.0:
-        raise InvalidArgument(f"line {n}", f"expected an error rate in 0..1, got {tokens[4]!r}")
-    return (
-        src,
-        dst,
-        round(float(rate.group(1)) * _RATE_UNITS[rate.group(2)]),
-        round(float(delay.group(1)) * _DELAY_NS[delay.group(2)]),
-        error_rate,
-    )
+        raise InvalidArgument(f"line {n}", f"expected an error rate in 0..1, got {quote(tokens[4])}")
+    return src, dst, round(rate_bps), round(delay_ns), error_rate
 
 
 def import_ns3_hpcc(
-    text: str, *, default_link_speed_gbps: float = 400.0, default_link_latency_ns: int = 500
+    text: str,
+    *,
+    default_link_speed_gbps: float = 400.0,
+    default_link_latency_ns: int = 500,
+    limits: FabricLimits = DEFAULT_LIMITS,
 ) -> Fabric:
     """Parse ns-3 HPCC topology text into a validated Fabric; InvalidArgument names the line.
 
@@ -127,9 +155,11 @@ def import_ns3_hpcc(
     counts = _ints(header, n, "the header `nodes switches links`")
     if len(counts) != 3 or min(counts) < 0 or counts[0] < 1:
         raise InvalidArgument(
-            f"line {n}", f"expected the header `nodes switches links` (nodes >= 1), got {header.strip()!r}"
+            f"line {n}",
+            f"expected the header `nodes switches links` (nodes >= 1), got {quote(header.strip())}",
         )
     node_count, switch_count, link_count = counts
+    limits.admit(FabricSize(node_count, link_count), f"line {n}: the header's fabric")
     if switch_count > node_count:
         raise InvalidArgument(f"line {n}", f"{switch_count} switches among {node_count} nodes")
     rest = lines[1:]
@@ -156,7 +186,7 @@ def import_ns3_hpcc(
         )
     parsed = [_link(line.split(), n, node_count) for n, line in rest[:link_count]]
     _check_trailing(text, rest[link_count:], link_count, node_count)
-    return _assemble(kind, parsed)
+    return _assemble(kind, parsed, limits)
 
 
 def _check_trailing(text: str, trailing: list[tuple[int, str]], link_count: int, node_count: int) -> None:
@@ -172,12 +202,15 @@ def _check_trailing(text: str, trailing: list[tuple[int, str]], link_count: int,
     if is_link or not preceded_by_blank:
         raise InvalidArgument(
             f"line {n}",
-            f"the header declares {link_count} links and they end on the line before; got {line.strip()!r}",
+            f"the header declares {link_count} links and they end on the line before; "
+            f"got {quote(line.strip())}",
         )
     log.warning("ns3_hpcc import: ignored %d lines of notes after the links, from line %d", len(trailing), n)
 
 
-def _assemble(kind: np.ndarray, parsed: list[tuple[int, int, int, int, float]]) -> Fabric:
+def _assemble(
+    kind: np.ndarray, parsed: list[tuple[int, int, int, int, float]], limits: FabricLimits
+) -> Fabric:
     node_count, link_count = kind.shape[0], len(parsed)
     columns = np.asarray([p[:4] for p in parsed], dtype=np.int64).reshape(link_count, 4)
     src, dst, rate, delay = columns.T
@@ -210,6 +243,7 @@ def _assemble(kind: np.ndarray, parsed: list[tuple[int, int, int, int, float]]) 
         ip=ip,
         state=state,
         ber=ber,
+        limits=limits,
     )
 
 

@@ -123,6 +123,14 @@ class NumericArray(_message.Message):
     Units: time inside FabricTwin is integer nanoseconds (`*_ns`), sizes are integer bytes
     (`*_bytes`), rates are bits per second inside the engines and Gb/s at the API edge (`*_gbps`).
 
+    Errors, on every service: a request that does not decode (invalid UTF-8 in a string field,
+    truncated bytes) is INVALID_ARGUMENT naming the message type (and, in a client stream, the
+    message's position); a number outside the bounds documented on its field is INVALID_ARGUMENT naming
+    the field; work beyond a service's configured limits is RESOURCE_EXHAUSTED naming the estimate and
+    the limit. A status message quotes at most ~200 characters of the offending input and is at most
+    4 KiB on the wire (longer ones are cut, ending `... [N characters cut]`); INTERNAL means a bug and
+    carries only an incident id to look up in the server's log.
+
     A dense numeric array, shipped as raw little-endian bytes so that a snapshot or a time series of
     millions of values decodes with one memcpy (numpy.frombuffer) instead of a loop per element.
     """
@@ -218,7 +226,9 @@ class ErrorStatus(_message.Message):
     code: _builtins.int
     """A google.rpc.Code value (3 = INVALID_ARGUMENT, 5 = NOT_FOUND, ...)."""
     message: _builtins.str
-    """Human-readable explanation naming the offending field, line or link."""
+    """Human-readable explanation naming the offending field, line or link; it quotes at most ~200
+    characters of the offending input.
+    """
     def __init__(
         self,
         *,

@@ -272,7 +272,11 @@ Global___Fabric: _TypeAlias = Fabric  # noqa: Y015
 
 @_typing.final
 class LeafSpineSpec(_message.Message):
-    """A two-tier leaf-spine (Clos) fabric."""
+    """A two-tier leaf-spine (Clos) fabric: leaves x hosts_per_leaf hosts, leaves + spines switches,
+    hosts + leaves x spines x parallel_links links. A spine has leaves x parallel_links ports and a leaf
+    hosts_per_leaf + spines x parallel_links: each at most 65,535. Switches x hosts at most 200,000,000
+    (forwarding-table entries); nodes and links within the service's limits.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -281,13 +285,13 @@ class LeafSpineSpec(_message.Message):
     HOSTS_PER_LEAF_FIELD_NUMBER: _builtins.int
     PARALLEL_LINKS_FIELD_NUMBER: _builtins.int
     leaves: _builtins.int
-    """Number of leaf switches."""
+    """Number of leaf switches, 1..65,536."""
     spines: _builtins.int
-    """Number of spine switches."""
+    """Number of spine switches, >= 1."""
     hosts_per_leaf: _builtins.int
-    """Hosts attached to each leaf."""
+    """Hosts attached to each leaf, 1..254 (one /24 per leaf)."""
     parallel_links: _builtins.int
-    """Parallel links between each leaf and each spine (default 1)."""
+    """Parallel links between each leaf and each spine, >= 1 (0: the default, 1)."""
     def __init__(
         self,
         *,
@@ -307,7 +311,8 @@ Global___LeafSpineSpec: _TypeAlias = LeafSpineSpec  # noqa: Y015
 @_typing.final
 class FatTreeSpec(_message.Message):
     """A three-tier k-ary fat-tree: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core
-    switches, k^3/4 hosts. k must be even.
+    switches, k^3/4 hosts, 3k^3/4 links. k must be even; switches x hosts at most 200,000,000
+    (k <= 56: 47,824 nodes, 131,712 links) and nodes and links within the service's limits.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -332,6 +337,7 @@ Global___FatTreeSpec: _TypeAlias = FatTreeSpec  # noqa: Y015
 class SuperPodSpec(_message.Message):
     """A rail-optimised DGX SuperPOD: scalable units (SU) of 32 nodes x 8 GPUs, one rail leaf per GPU
     index per SU, a spine tier, and a core tier from 16 SU on.
+    Switches x hosts at most 200,000,000; nodes and links within the service's limits.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -340,11 +346,11 @@ class SuperPodSpec(_message.Message):
     NODES_PER_SU_FIELD_NUMBER: _builtins.int
     GPUS_PER_NODE_FIELD_NUMBER: _builtins.int
     scalable_units: _builtins.int
-    """Number of scalable units."""
+    """Number of scalable units, 1..255."""
     nodes_per_su: _builtins.int
-    """Nodes per SU (default 32)."""
+    """Nodes per SU, 1..255 (0: the default, 32)."""
     gpus_per_node: _builtins.int
-    """GPUs (and NICs, rails) per node (default 8)."""
+    """GPUs (and NICs, rails) per node, 1..254 (0: the default, 8)."""
     def __init__(
         self,
         *,
@@ -373,11 +379,15 @@ class FabricSpec(_message.Message):
     LINK_LATENCY_NS_FIELD_NUMBER: _builtins.int
     HOST_LINK_SPEED_GBPS_FIELD_NUMBER: _builtins.int
     link_speed_gbps: _builtins.float
-    """Link speed for every link, Gb/s (default 400, NDR)."""
+    """Link speed for every link, Gb/s, in [1e-6, 1.6e6] (0: the default, 400, NDR)."""
     link_latency_ns: _builtins.int
-    """Propagation latency of every link (default 500 ns, about 100 m of fibre)."""
+    """Propagation latency of every link, 0..1,000,000,000 ns (0: the default, 500 ns, about 100 m
+    of fibre).
+    """
     host_link_speed_gbps: _builtins.float
-    """Host-to-leaf link speed if different from `link_speed_gbps` (oversubscription), Gb/s."""
+    """Host-to-leaf link speed if different from `link_speed_gbps` (oversubscription), Gb/s, in
+    [1e-6, 1.6e6] (0: the same as `link_speed_gbps`).
+    """
     @_builtins.property
     def leaf_spine(self) -> Global___LeafSpineSpec:
         """Two-tier leaf-spine."""
@@ -446,7 +456,7 @@ class CreateFabricRequest(_message.Message):
     Lower-case letters, digits and '-', at most 63 characters.
     """
     display_name: _builtins.str
-    """Human-readable name."""
+    """Human-readable name, at most 256 characters."""
     routing_engine: Global___RoutingEngine.ValueType
     """Routing engine (default MINHOP)."""
     @_builtins.property
@@ -455,7 +465,9 @@ class CreateFabricRequest(_message.Message):
 
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Labels."""
+        """Labels; keys and values together at most the service's `--max-label-bytes` (default 16,384
+        bytes of UTF-8), else RESOURCE_EXHAUSTED.
+        """
 
     def __init__(
         self,
@@ -514,17 +526,23 @@ class ImportFabricRequest(_message.Message):
     fabric_id: _builtins.str
     """The id part of the resource name; generated if empty."""
     display_name: _builtins.str
-    """Human-readable name."""
+    """Human-readable name, at most 256 characters."""
     format: Global___TopologyFormat.ValueType
     """Format of `content`."""
     content: _builtins.str
-    """The dump, as text."""
+    """The dump, as text (within the server's message limit). The dump's numbers have the bounds of
+    the fields they become (Node, Link): ports 1..65,535, speeds [1e-6, 1.6e6] Gb/s, latencies
+    0..1,000,000,000 ns, LIDs 0..65,535, GUIDs 64 bits, node names at most 256 characters; a
+    JSON document nests 3 levels. Beyond them: INVALID_ARGUMENT naming the line or JSON path. A dump
+    describing more nodes or links than the service's limits: RESOURCE_EXHAUSTED, before the fabric
+    is built (from an ns-3 header, before its links are read).
+    """
     routing_engine: Global___RoutingEngine.ValueType
     """Routing engine (default MINHOP)."""
     default_link_speed_gbps: _builtins.float
-    """Link speed used where the dump gives none, Gb/s."""
+    """Link speed used where the dump gives none, Gb/s, in [1e-6, 1.6e6] (0: 400)."""
     default_link_latency_ns: _builtins.int
-    """Link latency used where the dump gives none."""
+    """Link latency used where the dump gives none, 0..1,000,000,000 ns (0: 500)."""
     take_slower_end_on_speed_mismatch: _builtins.bool
     """ibnetdiscover: when a link's two ends report different width x speed (the rdma-core man page
     example does), take the slower end instead of refusing the dump. Off by default: the refusal
@@ -733,7 +751,9 @@ class UpdateFabricRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask:
-        """Fields to update: `display_name`, `labels`, `routing_engine`."""
+        """Fields to update: `display_name` (at most 256 characters), `labels` (within the service's
+        `--max-label-bytes`, else RESOURCE_EXHAUSTED), `routing_engine`.
+        """
 
     def __init__(
         self,
@@ -814,13 +834,13 @@ class Node(_message.Message):
     display_name: _builtins.str
     """Readable name as in the dump or generator (`spine-3`, `dgx-0012-gpu3`)."""
     tier: _builtins.int
-    """Tier: 0 hosts, 1 leaf/edge, 2 spine/aggregation, 3 core."""
+    """Tier: 0 hosts, 1 leaf/edge, 2 spine/aggregation, 3 core (at most 127)."""
     radix: _builtins.int
-    """Number of ports."""
+    """Number of ports, 1..65,535."""
     guid: _builtins.int
     """Node GUID where known (from ibnetdiscover), else 0."""
     lid: _builtins.int
-    """Base LID where known or assigned."""
+    """Base LID where known or assigned (0..65,535 in a dump; assigned ones follow the highest given)."""
     rail: _builtins.int
     """Hosts: rail index (GPU index within its server) in rail-optimised designs, else -1."""
     group: _builtins.int
@@ -876,15 +896,15 @@ class Link(_message.Message):
     node_a: _builtins.str
     """One end: node resource name."""
     port_a: _builtins.int
-    """Port number on node_a."""
+    """Port number on node_a, 1..radix (at most 65,535)."""
     node_b: _builtins.str
     """Other end: node resource name."""
     port_b: _builtins.int
-    """Port number on node_b."""
+    """Port number on node_b, 1..radix (at most 65,535)."""
     speed_gbps: _builtins.float
-    """Speed, Gb/s."""
+    """Speed, Gb/s, in [1e-6, 1.6e6]."""
     latency_ns: _builtins.int
-    """Propagation latency."""
+    """Propagation latency, 0..1,000,000,000 ns."""
     state: Global___LinkState.ValueType
     """Operational state."""
     bit_error_rate: _builtins.float
@@ -1313,7 +1333,7 @@ class ListPathsRequest(_message.Message):
     destination: _builtins.str
     """Destination host."""
     max_paths: _builtins.int
-    """Maximum paths to return (default 64)."""
+    """Maximum paths to return, >= 0 (0: the default, 64; at most 4,096 are returned)."""
     def __init__(
         self,
         *,

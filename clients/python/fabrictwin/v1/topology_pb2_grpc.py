@@ -28,6 +28,15 @@ if _version_not_supported:
 class TopologyServiceStub:
     """The twin's subnet manager: builds or imports fabrics, keeps link state, computes forwarding
     tables with a chosen routing engine, reroutes when a link changes and streams fabric events.
+
+    Limits and bounds. A fabric holds at most the service's limits: nodes (`--max-fabric-nodes`,
+    default 131,072), links (`--max-fabric-links`, default 262,144), ports per node (65,535: forwarding
+    tables hold 16-bit ports) and bytes of labels (`--max-label-bytes`, keys and values in UTF-8,
+    default 16,384). CreateFabric and ImportFabric refuse a larger fabric with RESOURCE_EXHAUSTED
+    naming the estimate and the limit, before anything is built (from the generator's parameters or a
+    dump's header). Every number out of the bounds documented on its field is INVALID_ARGUMENT naming
+    the field (or the dump's line), checked before any arithmetic on it. A request that does not decode
+    is INVALID_ARGUMENT. Error messages quote at most ~200 characters of the offending input.
     """
 
     def __init__(self, channel):
@@ -126,6 +135,15 @@ class TopologyServiceStub:
 class TopologyServiceServicer:
     """The twin's subnet manager: builds or imports fabrics, keeps link state, computes forwarding
     tables with a chosen routing engine, reroutes when a link changes and streams fabric events.
+
+    Limits and bounds. A fabric holds at most the service's limits: nodes (`--max-fabric-nodes`,
+    default 131,072), links (`--max-fabric-links`, default 262,144), ports per node (65,535: forwarding
+    tables hold 16-bit ports) and bytes of labels (`--max-label-bytes`, keys and values in UTF-8,
+    default 16,384). CreateFabric and ImportFabric refuse a larger fabric with RESOURCE_EXHAUSTED
+    naming the estimate and the limit, before anything is built (from the generator's parameters or a
+    dump's header). Every number out of the bounds documented on its field is INVALID_ARGUMENT naming
+    the field (or the dump's line), checked before any arithmetic on it. A request that does not decode
+    is INVALID_ARGUMENT. Error messages quote at most ~200 characters of the offending input.
     """
 
     def CreateFabric(self, request, context):
@@ -349,6 +367,15 @@ def add_TopologyServiceServicer_to_server(servicer, server):
 class TopologyService:
     """The twin's subnet manager: builds or imports fabrics, keeps link state, computes forwarding
     tables with a chosen routing engine, reroutes when a link changes and streams fabric events.
+
+    Limits and bounds. A fabric holds at most the service's limits: nodes (`--max-fabric-nodes`,
+    default 131,072), links (`--max-fabric-links`, default 262,144), ports per node (65,535: forwarding
+    tables hold 16-bit ports) and bytes of labels (`--max-label-bytes`, keys and values in UTF-8,
+    default 16,384). CreateFabric and ImportFabric refuse a larger fabric with RESOURCE_EXHAUSTED
+    naming the estimate and the limit, before anything is built (from the generator's parameters or a
+    dump's header). Every number out of the bounds documented on its field is INVALID_ARGUMENT naming
+    the field (or the dump's line), checked before any arithmetic on it. A request that does not decode
+    is INVALID_ARGUMENT. Error messages quote at most ~200 characters of the offending input.
     """
 
     @staticmethod
