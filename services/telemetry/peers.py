@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
 
-from services.common.peers import auth_metadata, domain_error, peer_channel
+from services.common.peers import PeerAuth, auth_metadata, domain_error, peer_channel
 from services.telemetry.groups import FabricLinks
 
 __all__ = ["TopologyLinks"]
@@ -26,14 +26,15 @@ def _node(name: str) -> str:
 class TopologyLinks:
     """Fabric links from the topology service at `address`."""
 
-    def __init__(self, address: str, auth_token: str = "") -> None:
+    def __init__(self, address: str, auth_token: PeerAuth | str = "") -> None:
         self._address = address
+        self._auth = auth_token
         self._metadata = auth_metadata(auth_token)
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
         if self._channel is None:
-            self._channel = peer_channel(self._address)
+            self._channel = peer_channel(self._address, self._auth)
         return topology_pb2_grpc.TopologyServiceStub(self._channel)
 
     async def fetch(self, fabric: str, field: str) -> FabricLinks:

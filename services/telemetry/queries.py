@@ -7,7 +7,9 @@ percentile_cont does, vectorised over all buckets at once.
 
 A page of series holds at most `page_size` ports and at most `max_points` points. Bucketed series
 are counted densely (every bucket of the window, so the limit does not depend on the data); raw
-series are counted in SQL first. A single series above the limit is INVALID_ARGUMENT naming step_ns.
+series of several ports are counted in SQL first, one port's are read with a LIMIT of one past the
+limit (a link's history is one statement). A single series above the limit is INVALID_ARGUMENT
+naming step_ns.
 """
 
 from __future__ import annotations
@@ -216,6 +218,8 @@ def port_series(
     candidates = list(selected[offset : offset + limit])
     if not candidates or window.empty:
         page = candidates
+    elif step_ns == 0 and len(candidates) == 1:
+        page = candidates  # one port (one link's history): read under a limit, not counted first
     elif step_ns == 0:
         counts = _raw_counts(connection, source, window, PortSet([p for p, _ in candidates]), column)
         page, points = [], 0
@@ -247,7 +251,12 @@ def port_series(
                 )
                 .order_by(samples.c.port_id, samples.c.time_ns)
             )
+            if len(page) == 1:
+                query = query.limit(max_points + 1)
             port, time, values = fetch_arrays(connection, query, ("<i8", "<i8", "<f8"))
+            if port.shape[0] > max_points:
+                (port_id, name), points = page[0], _raw_counts(connection, source, window, ports, column)
+                raise _too_many(name, points[port_id], max_points)
         else:
             port, time, values = aggregate_rows(
                 connection, source, window, ports, column, aggregation, step_ns

@@ -39,14 +39,16 @@ def select_ports(
     patterns: Sequence[str],
     links: FabricLinks | None,
     field: str = "ports.patterns",
+    port_count: int | None = None,
 ) -> Selection:
     """The source's ports matching `patterns`, sorted by name, and whether that is all of them.
 
     `links` are the fabric links group patterns resolve against (None: the source has none, and a
-    group pattern is INVALID_ARGUMENT naming it).
+    group pattern is INVALID_ARGUMENT naming it). `port_count`, the source's ports if the caller
+    has counted them already, spares exact names a second count.
     """
     if patterns and not any(is_glob(p) or is_group(p) or not p for p in patterns):
-        return _exact(connection, source_key, source_name, patterns, field)
+        return _exact(connection, source_key, source_name, patterns, field, port_count)
     query = sa.select(ports.c.id, ports.c.name).where(ports.c.source_key == source_key)
     result = connection.execute(query)
     try:
@@ -84,7 +86,12 @@ def select_ports(
 
 
 def _exact(
-    connection: Connection, source_key: int, source_name: str, names: Sequence[str], field: str
+    connection: Connection,
+    source_key: int,
+    source_name: str,
+    names: Sequence[str],
+    field: str,
+    port_count: int | None,
 ) -> Selection:
     """Exact names only: read just those ports (a one-link query must not read every port)."""
     wanted = list(dict.fromkeys(names))
@@ -95,8 +102,10 @@ def _exact(
     for i, name in enumerate(names):
         if name not in found:
             raise NotFound(f"{field}[{i}]: {source_name} has no port {name!r}")
-    total = connection.execute(
-        sa.select(sa.func.count()).select_from(ports).where(ports.c.source_key == source_key)
-    ).scalar_one()
+    total = port_count
+    if total is None:
+        total = connection.execute(
+            sa.select(sa.func.count()).select_from(ports).where(ports.c.source_key == source_key)
+        ).scalar_one()
     selected = sorted(((found[name], name) for name in wanted), key=lambda row: row[1])
     return selected, len(selected) == total

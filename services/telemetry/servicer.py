@@ -1,20 +1,22 @@
 """fabrictwin.v1.TelemetryService over the telemetry store: proto <-> core, nothing clever.
 
-Every store call runs in a thread (asyncio.to_thread) so the event loop keeps serving while SQL
-works. IngestSamples decodes each batch's columns with one memcpy per column (from_numeric_array)
-and hands the stream to `pipeline.ingest_stream`, which keeps up to `ingest_parallelism` batch
-transactions in flight. A malformed batch is rejected whole with a reason naming the field
-(`batch.columns[2].values`) and the stream goes on with the next batch. Each batch is committed on
-its own, so if a stream breaks the caller re-sends it: rows already stored come back as duplicates.
-A column whose counter_kind is COUNTER_KIND_UNSPECIFIED is read as DELTA (stored as sent).
+Every store call runs in a thread so the event loop keeps serving while SQL works: queries on the
+query threads, writes on the write threads (`threads.StoreThreads`), so a query never waits behind
+a write held up by the database. IngestSamples decodes each batch's columns with one memcpy per
+column (from_numeric_array) and hands the stream to `pipeline`, which keeps up to
+`ingest_parallelism` batch transactions in flight. A malformed batch is rejected whole with a reason
+naming the field (`batch.columns[2].values`) and the stream goes on with the next batch. Each batch
+is committed on its own; IngestSamplesAcked says so batch by batch, with the client's sequence
+number, so a client cut off mid-stream re-sends only what was not acknowledged (rows already stored
+come back as duplicates). A column whose counter_kind is COUNTER_KIND_UNSPECIFIED is read as DELTA.
 
 Queries with a port group (`group:uplinks`) first make sure the source is bound to its fabric's
-links, fetched once from the topology service.
+links, fetched once from the topology service. While the database cannot be reached every call
+fails with UNAVAILABLE, and `watch_health` lets the server report NOT_SERVING (`availability`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc
@@ -24,13 +26,16 @@ from services.common.arrays import from_numeric_array
 from services.common.errors import InvalidArgument
 from services.common.resources import decode_page_token, encode_page_token, page_size, parse_name
 from services.telemetry.aggregates import Aggregation
+from services.telemetry.availability import DatabaseProbe, HealthSetter
 from services.telemetry.batches import BatchRejected, Rejection, batch_rows
 from services.telemetry.counters import CounterKind
 from services.telemetry.groups import is_group
 from services.telemetry.peers import TopologyLinks
-from services.telemetry.pipeline import Decoded, ingest_stream
+from services.telemetry.pipeline import Decoded, acknowledged_stream, ingest_stream
+from services.telemetry.queries import SeriesPage
 from services.telemetry.schema import column_for_metric
 from services.telemetry.store import IngestOutcome, SourceKind, SourceRecord, TelemetryStore
+from services.telemetry.threads import StoreThreads
 
 __all__ = ["TelemetryServicer"]
 
@@ -115,15 +120,45 @@ def _rows_sent(batch: telemetry_pb2.SampleBatch) -> int:
         return 0
 
 
+def _add_reasons(reasons, outcome: IngestOutcome, number: int, room: int) -> None:  # type: ignore[no-untyped-def]
+    for reason in outcome.reasons[: max(0, room)]:
+        reasons.add(
+            batch=number, row=reason.row, reason=f"batch.{reason.reason}", field=f"batch.{reason.field}"
+        )
+
+
+def _series_reply(page: SeriesPage) -> telemetry_pb2.QuerySeriesResponse:
+    return telemetry_pb2.QuerySeriesResponse(
+        series=[
+            telemetry_pb2.Series(port=s.port, time_ns=s.time_ns.tolist(), values=s.values.tolist())
+            for s in page.series
+        ],
+        next_page_token=encode_page_token(page.next_offset) if page.next_offset is not None else "",
+        rollup_ns=page.rollup_ns,
+    )
+
+
 class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     """Translates TelemetryService calls to a TelemetryStore."""
 
     def __init__(
-        self, store: TelemetryStore, topology: TopologyLinks | None = None, ingest_parallelism: int = 1
+        self,
+        store: TelemetryStore,
+        topology: TopologyLinks | None = None,
+        ingest_parallelism: int = 1,
+        threads: StoreThreads | None = None,
+        probe: DatabaseProbe | None = None,
     ) -> None:
         self._store = store
         self._topology = topology
         self._parallelism = ingest_parallelism
+        self._threads = threads or StoreThreads(write_threads=ingest_parallelism + 1)
+        self._probe = probe
+
+    def watch_health(self, set_serving: HealthSetter) -> None:
+        """Report NOT_SERVING through `set_serving` while the database cannot be reached (server hook)."""
+        if self._probe is not None:
+            self._probe.watch(set_serving)
 
     async def CreateSource(self, request, context) -> telemetry_pb2.Source:
         source = request.source
@@ -137,15 +172,15 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             simulation=source.simulation,
             retention_ns=source.retention_ns,
         )
-        return _source_to_proto(await asyncio.to_thread(self._store.create_source, record))
+        return _source_to_proto(await self._threads.write(self._store.create_source, record))
 
     async def GetSource(self, request, context) -> telemetry_pb2.Source:
         source_id = _source_id(request.name, "name")
-        return _source_to_proto(await asyncio.to_thread(self._store.get_source, source_id))
+        return _source_to_proto(await self._threads.query(self._store.get_source, source_id))
 
     async def ListSources(self, request, context) -> telemetry_pb2.ListSourcesResponse:
         limit, offset = page_size(request.page_size), decode_page_token(request.page_token)
-        found, next_offset = await asyncio.to_thread(self._store.list_sources, offset, limit)
+        found, next_offset = await self._threads.query(self._store.list_sources, offset, limit)
         return telemetry_pb2.ListSourcesResponse(
             sources=[_source_to_proto(record) for record in found],
             next_page_token=encode_page_token(next_offset) if next_offset is not None else "",
@@ -163,10 +198,10 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             if path not in _UPDATABLE:
                 raise InvalidArgument(f"update_mask.paths[{i}]", f"{path!r} cannot be updated")
             changes[path] = getattr(request.source, path)
-        return _source_to_proto(await asyncio.to_thread(self._store.update_source, source_id, changes))
+        return _source_to_proto(await self._threads.write(self._store.update_source, source_id, changes))
 
     async def DeleteSource(self, request, context) -> telemetry_pb2.DeleteSourceResponse:
-        await asyncio.to_thread(self._store.delete_source, _source_id(request.name, "name"))
+        await self._threads.write(self._store.delete_source, _source_id(request.name, "name"))
         return telemetry_pb2.DeleteSourceResponse()
 
     def _decode(self, request: telemetry_pb2.IngestSamplesRequest) -> Decoded:
@@ -184,35 +219,48 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     async def IngestSamples(
         self, request_iterator: AsyncIterator[telemetry_pb2.IngestSamplesRequest], context
     ) -> telemetry_pb2.IngestSamplesResponse:
-        outcomes = await ingest_stream(request_iterator, self._decode, self._store.write, self._parallelism)
+        outcomes = await ingest_stream(
+            request_iterator, self._decode, self._store.write, self._parallelism, self._threads.write
+        )
         reply = telemetry_pb2.IngestSamplesResponse(batches=len(outcomes))
         for number, outcome in enumerate(outcomes):
             reply.stored += outcome.stored
             reply.duplicates += outcome.duplicates
             reply.rejected += outcome.rejected
-            for reason in outcome.reasons[: MAX_REASONS - len(reply.reasons)]:
-                reply.reasons.add(
-                    batch=number,
-                    row=reason.row,
-                    reason=f"batch.{reason.reason}",
-                    field=f"batch.{reason.field}",
-                )
+            _add_reasons(reply.reasons, outcome, number, MAX_REASONS - len(reply.reasons))
         return reply
+
+    async def IngestSamplesAcked(
+        self, request_iterator: AsyncIterator[telemetry_pb2.IngestSamplesAckedRequest], context
+    ) -> AsyncIterator[telemetry_pb2.IngestSamplesAckedResponse]:
+        settled = acknowledged_stream(
+            request_iterator, self._decode, self._store.write, self._parallelism, self._threads.write
+        )
+        async for batch in settled:
+            outcome: IngestOutcome = batch.outcome
+            ack = telemetry_pb2.IngestSamplesAckedResponse(
+                sequence=batch.request.sequence,
+                stored=outcome.stored,
+                duplicates=outcome.duplicates,
+                rejected=outcome.rejected,
+            )
+            _add_reasons(ack.reasons, outcome, batch.number, MAX_REASONS)
+            yield ack
 
     async def _bind_fabric(self, source_id: str, patterns: Sequence[str]) -> None:
         """Fetch the fabric's links once, before the first query that uses a port group."""
         if self._topology is None or not any(map(is_group, patterns)):
             return
-        source = await asyncio.to_thread(self._store.get_source, source_id)
+        source = await self._threads.query(self._store.get_source, source_id)
         if source.fabric and not source.fabric_version:
             links = await self._topology.fetch(source.fabric, "ports.patterns")
-            await asyncio.to_thread(self._store.bind_fabric, source_id, links)
+            await self._threads.write(self._store.bind_fabric, source_id, links)
 
     async def QuerySeries(self, request, context) -> telemetry_pb2.QuerySeriesResponse:
         source_id = _source_id(request.source, "source")
         await self._bind_fabric(source_id, request.ports.patterns)
-        page = await asyncio.to_thread(
-            self._store.query_series,
+        return await self._threads.query(
+            self._series_page,
             source_id,
             column_for_metric(request.metric, "metric"),
             start_ns=request.time_range.start_ns,
@@ -223,19 +271,15 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             offset=decode_page_token(request.page_token),
             limit=page_size(request.page_size, default=100),
         )
-        return telemetry_pb2.QuerySeriesResponse(
-            series=[
-                telemetry_pb2.Series(port=s.port, time_ns=s.time_ns.tolist(), values=s.values.tolist())
-                for s in page.series
-            ],
-            next_page_token=encode_page_token(page.next_offset) if page.next_offset is not None else "",
-            rollup_ns=page.rollup_ns,
-        )
+
+    def _series_page(self, *args, **kwargs) -> telemetry_pb2.QuerySeriesResponse:  # type: ignore[no-untyped-def]
+        # The response is built in the query thread too: thousands of points are not the loop's work.
+        return _series_reply(self._store.query_series(*args, **kwargs))
 
     async def TopLinks(self, request, context) -> telemetry_pb2.TopLinksResponse:
         source_id = _source_id(request.source, "source")
         await self._bind_fabric(source_id, request.ports.patterns)
-        top, rollup_ns = await asyncio.to_thread(
+        top, rollup_ns = await self._threads.query(
             self._store.top_links,
             source_id,
             column_for_metric(request.metric, "metric"),
@@ -252,7 +296,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
     async def GetUtilisationSkew(self, request, context) -> telemetry_pb2.GetUtilisationSkewResponse:
         source_id = _source_id(request.source, "source")
         await self._bind_fabric(source_id, request.ports.patterns)
-        skew = await asyncio.to_thread(
+        skew = await self._threads.query(
             self._store.utilisation_skew,
             source_id,
             start_ns=request.time_range.start_ns,
@@ -288,7 +332,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
         return telemetry_pb2.GetUtilisationSkewResponse(points=points, rollup_ns=skew.rollup_ns)
 
     async def GetLossHistory(self, request, context) -> telemetry_pb2.GetLossHistoryResponse:
-        history = await asyncio.to_thread(
+        history = await self._threads.query(
             self._store.loss_history,
             _source_id(request.source, "source"),
             request.port,

@@ -1,7 +1,8 @@
 """The telemetry store: sources, idempotent batch ingest, queries and the sweep over SQL. No gRPC here.
 
 One class over one SQLAlchemy engine, SQLite (laptop) or PostgreSQL (production); opening it
-migrates the database to head. Every method is blocking; the servicer runs them in threads. Details
+migrates the database to head. Every method is blocking; the servicer runs them in threads. A
+database that cannot be reached raises `Unavailable` from any method (`availability`). Details
 live in `sources`, `batches` and `ingest` (writes), `selection`, `queries` and `diagnostics`
 (reads), `maintenance` (roll-ups and retention).
 """
@@ -23,6 +24,7 @@ from services.common.db import make_engine
 from services.common.errors import InvalidArgument, NotFound
 from services.telemetry import sources as source_sql
 from services.telemetry.aggregates import Aggregation, PortSet
+from services.telemetry.availability import database_errors
 from services.telemetry.batches import BatchRejected, PreparedBatch, Rejection, batch_rows, prepare_batch
 from services.telemetry.counters import CounterKind
 from services.telemetry.diagnostics import LossHistory, Skew, loss_history, utilisation_skew
@@ -95,8 +97,12 @@ def _sqlstate(error: sa.exc.DBAPIError) -> str:
 class TelemetryStore:
     """Sources, ingest, queries and the sweep on one database."""
 
-    def __init__(self, engine: Engine, max_points: int = DEFAULT_MAX_POINTS) -> None:
+    def __init__(
+        self, engine: Engine, max_points: int = DEFAULT_MAX_POINTS, probe_engine: Engine | None = None
+    ) -> None:
         self.engine = engine
+        # `ping` reads on a pool of its own: a busy service must not look unreachable to its probe.
+        self._probe_engine = probe_engine or engine
         self.max_points = max_points
         # SQLite has one writer at a time; queueing writes here avoids "database is locked" retries.
         self.sqlite = engine.dialect.name == "sqlite"
@@ -120,15 +126,28 @@ class TelemetryStore:
                     cursor.execute("SET jit = off")
 
         migrate_to_head(engine)
-        return cls(engine, max_points)
+        # An in-memory SQLite database exists once per engine: its probe must share the engine.
+        return cls(engine, max_points, engine if ":memory:" in url else make_engine(url))
 
     def close(self) -> None:
-        """Close the engine's connections."""
+        """Close the engines' connections."""
         self.engine.dispose()
+        if self._probe_engine is not self.engine:
+            self._probe_engine.dispose()
+
+    def ping(self) -> None:
+        """Read a row of the sources table; Unavailable when the database cannot be reached."""
+        with database_errors(), self._probe_engine.connect() as connection:
+            connection.execute(sa.select(sources.c.key).limit(1)).all()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        with database_errors(), self.engine.connect() as connection:
+            yield connection
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[Connection]:
-        with self._write_lock, self.engine.begin() as connection:
+        with database_errors(), self._write_lock, self.engine.begin() as connection:
             yield connection
 
     # Sources
@@ -140,12 +159,12 @@ class TelemetryStore:
 
     def get_source(self, source_id: str) -> SourceRecord:
         """The source with its counts; NOT_FOUND if there is none."""
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             return source_sql.read_source(connection, source_id)
 
     def list_sources(self, offset: int = 0, limit: int = 50) -> tuple[list[SourceRecord], int | None]:
         """Sources by id from `offset`; returns them and the next offset (None on the last page)."""
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             return source_sql.list_sources(connection, offset, limit)
 
     def update_source(self, source_id: str, changes: Mapping[str, object]) -> SourceRecord:
@@ -253,7 +272,9 @@ class TelemetryStore:
         links = self.fabric_links(source, connection) if any(map(is_group, patterns)) else None
         if links is None and source.fabric and any(map(is_group, patterns)):
             raise InvalidArgument("ports.patterns", f"the links of {source.fabric} are not loaded yet")
-        return select_ports(connection, source.key, source.name, patterns, links)
+        return select_ports(
+            connection, source.key, source.name, patterns, links, port_count=source.port_count
+        )
 
     def query_series(
         self,
@@ -272,7 +293,7 @@ class TelemetryStore:
         _check_column(column)
         _check_window(start_ns, end_ns)
         _check_step(step_ns)
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             source = source_sql.read_source(connection, source_id)
             selected, everything = self._selection(connection, source, port_patterns)
             return port_series(
@@ -306,7 +327,7 @@ class TelemetryStore:
         _check_window(start_ns, end_ns)
         if limit < 1:
             raise InvalidArgument("limit", f"must be at least 1, got {limit}")
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             source = source_sql.read_source(connection, source_id)
             selected, everything = self._selection(connection, source, port_patterns)
             names = dict(selected)
@@ -332,7 +353,7 @@ class TelemetryStore:
         _check_step(step_ns)
         if not 0 <= idle_below <= hot_above:
             raise InvalidArgument("idle_below", f"{idle_below} must be within 0..hot_above ({hot_above})")
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             source = source_sql.read_source(connection, source_id)
             selected, everything = self._selection(connection, source, port_patterns)
             ports = PortSet([port_id for port_id, _ in selected], everything)
@@ -356,7 +377,7 @@ class TelemetryStore:
         _check_step(step_ns)
         if not port:
             raise InvalidArgument("port", "required: the name of one port")
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             source = source_sql.read_source(connection, source_id)
             selected, _ = select_ports(connection, source.key, source.name, [], None)
             port_id = dict((name, port_id) for port_id, name in selected).get(port)
@@ -375,7 +396,7 @@ class TelemetryStore:
 
     def sweep_all(self) -> dict[str, SweepOutcome]:
         """Sweep every source, each in its own transaction; a source deleted meanwhile is skipped."""
-        with self.engine.connect() as connection:
+        with self._reading() as connection:
             ids = [row.id for row in connection.execute(sa.select(sources.c.id).order_by(sources.c.id))]
         outcomes = {}
         for source_id in ids:

@@ -36,6 +36,20 @@ def test_a_raw_page_is_cut_by_counting_samples_first(small_limit: TelemetryStore
     assert page.next_offset == 1
 
 
+def test_one_port_read_raw_is_cut_at_the_limit_and_named(store: TelemetryStore, source_id):
+    time_ns = np.arange(150, dtype=np.int64)
+    outcome = store.ingest(
+        source_id, ["leaf-9/p1"], np.zeros(150, dtype=np.int32), time_ns, {"tx_bytes": np.ones(150)}
+    )
+    assert outcome.stored == 150
+    limited = TelemetryStore(store.engine, max_points=150)
+    (series,) = limited.query_series(source_id, "tx_bytes", port_patterns=["leaf-9/p1"]).series
+    assert series.time_ns.size == 150  # exactly the limit: still one page
+    limited = TelemetryStore(store.engine, max_points=149)
+    with pytest.raises(InvalidArgument, match=r"^step_ns: port 'leaf-9/p1' alone has 150 points"):
+        limited.query_series(source_id, "tx_bytes", port_patterns=["leaf-9/p1"])
+
+
 def test_a_step_that_would_return_more_points_than_the_limit_names_step_ns(
     small_limit: TelemetryStore, source_id
 ):

@@ -309,11 +309,21 @@ async def test_bad_queries_name_the_field(telemetry, source, call, request_messa
 def test_the_service_flags_have_environment_variables():
     config = load_config(
         "telemetry",
-        ["--ingest-parallelism", "3"],
-        env={"FABRICTWIN_MAINTENANCE_INTERVAL_SECONDS": "0.5", "FABRICTWIN_MAX_POINTS": "7"},
+        ["--ingest-parallelism", "3", "--query-threads", "12"],
+        env={
+            "FABRICTWIN_MAINTENANCE_INTERVAL_SECONDS": "0.5",
+            "FABRICTWIN_MAX_POINTS": "7",
+            "FABRICTWIN_DATABASE_PROBE_INTERVAL_SECONDS": "0.25",
+        },
         extra_flags=extra_flags,
     )
-    assert config.extra == {"ingest_parallelism": 3, "maintenance_interval_seconds": 0.5, "max_points": 7}
+    assert config.extra == {
+        "ingest_parallelism": 3,
+        "maintenance_interval_seconds": 0.5,
+        "max_points": 7,
+        "query_threads": 12,
+        "database_probe_interval_seconds": 0.25,
+    }
 
 
 async def test_the_service_sweeps_every_source_on_its_own(database_url, tmp_path):

@@ -4,7 +4,9 @@ Samples travel as columnar batches (`SampleBatch`): a dictionary of port names, 
 column (port index, time, one per metric), packed little-endian with the standard library so that the
 SDK needs no numpy. `ingest_columns` does the packing and splits the rows into batches;
 `import_text`/`import_file` read perfquery, Prometheus or CSV text (`fabrictwin.importers`), and
-`mirror` streams a live source in poll by poll (`fabrictwin.mirror`).
+`mirror` streams a live source in poll by poll (`fabrictwin.mirror`). Every ingest is acknowledged
+batch by batch and resumes after a cut (`fabrictwin.resumable_ingest`): a service restarted
+mid-stream costs a few re-sent batches, and no row is stored twice.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import SampleColumns
 from fabrictwin.mirror import MirrorReport, Poll, run_mirror, text_parser
 from fabrictwin.names import enum_value, resource_name
+from fabrictwin.resumable_ingest import DEFAULT_RESUME_S, resumable_ingest
 from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
 
 __all__ = ["DEFAULT_BATCH_ROWS", "TelemetryApi", "column_batches", "sample_batches"]
@@ -206,19 +209,21 @@ class TelemetryApi:
         self._connection.unary(self._stub.DeleteSource, request)
 
     def ingest(
-        self, batches: Iterable[telemetry_pb2.SampleBatch | telemetry_pb2.IngestSamplesRequest]
+        self,
+        batches: Iterable[telemetry_pb2.SampleBatch | telemetry_pb2.IngestSamplesRequest],
+        *,
+        resume_s: float = DEFAULT_RESUME_S,
     ) -> telemetry_pb2.IngestSamplesResponse:
         """Stream batches to the server (each stored whole or not at all); returns what was stored.
 
-        `batches` is consumed lazily, so a generator can read a large file while it is sent.
+        `batches` is consumed lazily, so a generator can read a large file while it is sent. Each
+        batch is acknowledged once stored; if the stream is cut (UNAVAILABLE: the service restarted,
+        the connection was reset), the batches not yet acknowledged are sent again on a new stream
+        once the service is back, within `resume_s` of the cut, and the rest follow. A batch stored
+        whose acknowledgement was lost comes back as duplicates: no row is stored twice.
         """
-        requests = (
-            b
-            if isinstance(b, telemetry_pb2.IngestSamplesRequest)
-            else telemetry_pb2.IngestSamplesRequest(batch=b)
-            for b in batches
-        )
-        return self._connection.client_stream(self._stub.IngestSamples, requests, timeout=None)
+        plain = (b.batch if isinstance(b, telemetry_pb2.IngestSamplesRequest) else b for b in batches)
+        return resumable_ingest(self._connection, plain, resume_s=resume_s)
 
     def ingest_columns(
         self,

@@ -667,6 +667,78 @@ class IngestSamplesResponse(_message.Message):
 Global___IngestSamplesResponse: _TypeAlias = IngestSamplesResponse  # noqa: Y015
 
 @_typing.final
+class IngestSamplesAckedRequest(_message.Message):
+    """One message of the IngestSamplesAcked stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    """The client's number for this batch, returned in its acknowledgement (any value; the SDK counts
+    the batches of one ingest from 0).
+    """
+    @_builtins.property
+    def batch(self) -> Global___SampleBatch:
+        """A batch."""
+
+    def __init__(
+        self,
+        *,
+        batch: Global___SampleBatch | None = ...,
+        sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IngestSamplesAckedRequest: _TypeAlias = IngestSamplesAckedRequest  # noqa: Y015
+
+@_typing.final
+class IngestSamplesAckedResponse(_message.Message):
+    """The acknowledgement of one batch of IngestSamplesAcked: committed (stored and duplicates) or
+    rejected whole.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    STORED_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    """The batch's IngestSamplesAckedRequest.sequence."""
+    stored: _builtins.int
+    """Rows stored."""
+    duplicates: _builtins.int
+    """Rows already stored (same source, port and time), ignored."""
+    rejected: _builtins.int
+    """Rows rejected."""
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectReason]:
+        """Why the batch was rejected, at most 100; `batch` is the batch's position in this call (0-based)."""
+
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.int = ...,
+        stored: _builtins.int = ...,
+        duplicates: _builtins.int = ...,
+        rejected: _builtins.int = ...,
+        reasons: _abc.Iterable[Global___RejectReason] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicates", b"duplicates", "reasons", b"reasons", "rejected", b"rejected", "sequence", b"sequence", "stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IngestSamplesAckedResponse: _TypeAlias = IngestSamplesAckedResponse  # noqa: Y015
+
+@_typing.final
 class PortSelector(_message.Message):
     """Selects ports: names, globs (`spine-*/p*`), or groups of the source's fabric: `group:uplinks`
     (switch ports toward a higher tier: leaf->spine, edge->aggregation->core), `group:downlinks`,

@@ -65,6 +65,11 @@ class TelemetryServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesResponse.FromString,
                 _registered_method=True)
+        self.IngestSamplesAcked = channel.stream_stream(
+                '/fabrictwin.v1.TelemetryService/IngestSamplesAcked',
+                request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedResponse.FromString,
+                _registered_method=True)
         self.QuerySeries = channel.unary_unary(
                 '/fabrictwin.v1.TelemetryService/QuerySeries',
                 request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.QuerySeriesRequest.SerializeToString,
@@ -133,6 +138,17 @@ class TelemetryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IngestSamplesAcked(self, request_iterator, context):
+        """Ingest with an acknowledgement per batch. Each batch is stored whole or not at all, as in
+        IngestSamples, and answered with one response carrying its `sequence` as soon as its transaction
+        has committed (or it was rejected). Responses come in commit order, which may differ from the
+        order sent while several batches are in flight. A client cut off mid-stream re-sends only the
+        batches it holds no response for; a row already stored is never stored twice (a duplicate).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def QuerySeries(self, request, context):
         """Time series by source, time range, port selector, metric, aggregation and step.
         """
@@ -193,6 +209,11 @@ def add_TelemetryServiceServicer_to_server(servicer, server):
                     servicer.IngestSamples,
                     request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesResponse.SerializeToString,
+            ),
+            'IngestSamplesAcked': grpc.stream_stream_rpc_method_handler(
+                    servicer.IngestSamplesAcked,
+                    request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedResponse.SerializeToString,
             ),
             'QuerySeries': grpc.unary_unary_rpc_method_handler(
                     servicer.QuerySeries,
@@ -378,6 +399,33 @@ class TelemetryService:
             '/fabrictwin.v1.TelemetryService/IngestSamples',
             fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesRequest.SerializeToString,
             fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IngestSamplesAcked(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/fabrictwin.v1.TelemetryService/IngestSamplesAcked',
+            fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_telemetry__pb2.IngestSamplesAckedResponse.FromString,
             options,
             channel_credentials,
             insecure,

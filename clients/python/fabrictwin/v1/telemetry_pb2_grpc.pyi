@@ -45,6 +45,13 @@ class TelemetryServiceStub:
     """Deletes a source and all its samples."""
     IngestSamples: _grpc.StreamUnaryMultiCallable[_telemetry_pb2.IngestSamplesRequest, _telemetry_pb2.IngestSamplesResponse]
     """Client-streaming ingest of columnar sample batches. Each batch is stored whole or not at all."""
+    IngestSamplesAcked: _grpc.StreamStreamMultiCallable[_telemetry_pb2.IngestSamplesAckedRequest, _telemetry_pb2.IngestSamplesAckedResponse]
+    """Ingest with an acknowledgement per batch. Each batch is stored whole or not at all, as in
+    IngestSamples, and answered with one response carrying its `sequence` as soon as its transaction
+    has committed (or it was rejected). Responses come in commit order, which may differ from the
+    order sent while several batches are in flight. A client cut off mid-stream re-sends only the
+    batches it holds no response for; a row already stored is never stored twice (a duplicate).
+    """
     QuerySeries: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.QuerySeriesRequest, _telemetry_pb2.QuerySeriesResponse]
     """Time series by source, time range, port selector, metric, aggregation and step."""
     TopLinks: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.TopLinksRequest, _telemetry_pb2.TopLinksResponse]
@@ -71,6 +78,13 @@ class TelemetryServiceAsyncStub(TelemetryServiceStub):
     """Deletes a source and all its samples."""
     IngestSamples: _aio.StreamUnaryMultiCallable[_telemetry_pb2.IngestSamplesRequest, _telemetry_pb2.IngestSamplesResponse]  # type: ignore[assignment]
     """Client-streaming ingest of columnar sample batches. Each batch is stored whole or not at all."""
+    IngestSamplesAcked: _aio.StreamStreamMultiCallable[_telemetry_pb2.IngestSamplesAckedRequest, _telemetry_pb2.IngestSamplesAckedResponse]  # type: ignore[assignment]
+    """Ingest with an acknowledgement per batch. Each batch is stored whole or not at all, as in
+    IngestSamples, and answered with one response carrying its `sequence` as soon as its transaction
+    has committed (or it was rejected). Responses come in commit order, which may differ from the
+    order sent while several batches are in flight. A client cut off mid-stream re-sends only the
+    batches it holds no response for; a row already stored is never stored twice (a duplicate).
+    """
     QuerySeries: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.QuerySeriesRequest, _telemetry_pb2.QuerySeriesResponse]  # type: ignore[assignment]
     """Time series by source, time range, port selector, metric, aggregation and step."""
     TopLinks: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.TopLinksRequest, _telemetry_pb2.TopLinksResponse]  # type: ignore[assignment]
@@ -130,6 +144,19 @@ class TelemetryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.IngestSamplesResponse, _abc.Awaitable[_telemetry_pb2.IngestSamplesResponse]]:
         """Client-streaming ingest of columnar sample batches. Each batch is stored whole or not at all."""
+
+    @_abc_1.abstractmethod
+    def IngestSamplesAcked(
+        self,
+        request_iterator: _MaybeAsyncIterator[_telemetry_pb2.IngestSamplesAckedRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_telemetry_pb2.IngestSamplesAckedResponse], _abc.AsyncIterator[_telemetry_pb2.IngestSamplesAckedResponse]]:
+        """Ingest with an acknowledgement per batch. Each batch is stored whole or not at all, as in
+        IngestSamples, and answered with one response carrying its `sequence` as soon as its transaction
+        has committed (or it was rejected). Responses come in commit order, which may differ from the
+        order sent while several batches are in flight. A client cut off mid-stream re-sends only the
+        batches it holds no response for; a row already stored is never stored twice (a duplicate).
+        """
 
     @_abc_1.abstractmethod
     def QuerySeries(
