@@ -2,6 +2,8 @@
 
 Service tests use this instead of test doubles: the orchestrator calls a real simulator, which
 fetches snapshots from a real topology service and writes series to a real telemetry service.
+`simulator_replicas=2` starts two simulator servers behind the orchestrator (failover tests);
+`settings` adds the same ServiceConfig fields (TLS, tokens) to all of them.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from services.common.config import ServiceConfig
 from services.common.server import RunningServer, create_server
@@ -27,6 +30,10 @@ class InProcessStack:
     telemetry: RunningServer
     simulator: RunningServer
     orchestrator: RunningServer
+    # Every simulator replica, `simulator` first; `start_simulator` adds one (a replica that came back).
+    simulators: list[RunningServer] = dataclasses.field(default_factory=list)
+    simulator_config: ServiceConfig | None = None
+    _start: Any = None
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -37,12 +44,24 @@ class InProcessStack:
             "orchestrator": self.orchestrator.address,
         }
 
+    async def start_simulator(self, port: int = 0) -> RunningServer:
+        """Start another simulator replica (on `port`, e.g. the one of a replica that was stopped)."""
+        assert self.simulator_config is not None
+        config = dataclasses.replace(self.simulator_config, port=port)
+        replica = await self._start(config, build_simulator)
+        self.simulators.append(replica)
+        return replica
+
 
 @contextlib.asynccontextmanager
 async def in_process_stack(
-    data_dir: pathlib.Path, telemetry_database_url: str = ""
+    data_dir: pathlib.Path,
+    telemetry_database_url: str = "",
+    *,
+    simulator_replicas: int = 1,
+    settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[InProcessStack]:
-    """Start topology, telemetry, simulator and orchestrator (SQLite under data_dir unless given a URL)."""
+    """Start topology, telemetry, simulator(s) and orchestrator (SQLite under data_dir unless given a URL)."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(config: ServiceConfig, build) -> RunningServer:  # type: ignore[no-untyped-def]
@@ -53,15 +72,19 @@ async def in_process_stack(
             stack.push_async_callback(running.stop, 0)
             return running
 
-        base = {"port": 0, "data_dir": str(data_dir)}
+        base = {"port": 0, "data_dir": str(data_dir), **(settings or {})}
         topology = await start(ServiceConfig(service="topology", **base), build_topology)
         telemetry = await start(
             ServiceConfig(service="telemetry", database_url=telemetry_database_url, **base), build_telemetry
         )
         peers = {"topology_address": topology.address, "telemetry_address": telemetry.address}
-        simulator = await start(ServiceConfig(service="simulator", **base, **peers), build_simulator)
+        simulator_config = ServiceConfig(service="simulator", **base, **peers)
+        simulators = [await start(simulator_config, build_simulator) for _ in range(simulator_replicas)]
+        addresses = ",".join(s.address for s in simulators)
         orchestrator = await start(
-            ServiceConfig(service="orchestrator", simulator_addresses=simulator.address, **base, **peers),
+            ServiceConfig(service="orchestrator", simulator_addresses=addresses, **base, **peers),
             build_orchestrator,
         )
-        yield InProcessStack(topology, telemetry, simulator, orchestrator)
+        yield InProcessStack(
+            topology, telemetry, simulators[0], orchestrator, simulators, simulator_config, start
+        )

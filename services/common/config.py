@@ -3,6 +3,10 @@
 Precedence: flag > environment variable > default. Every flag `--some-thing` has the variable
 `FABRICTWIN_SOME_THING`. One loader for all four services; a service adds its own flags through
 `extra_flags`.
+
+Bearer tokens are secrets: `--auth-token-file` / `--read-only-token-file` name files the loader reads
+(a mounted Kubernetes Secret), so a token never has to appear on a command line, where every user
+of the machine can read it in the process list. The tokens are kept out of the config's repr.
 """
 
 from __future__ import annotations
@@ -40,7 +44,17 @@ class ServiceConfig:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""  # set: mutual TLS, clients must present a certificate signed by it
-    auth_token: str = ""  # set: every RPC but health needs `authorization: Bearer <token>`
+    # set: every RPC but health needs `authorization: Bearer <token>`; services send it to their peers
+    auth_token: str = dataclasses.field(default="", repr=False)
+    auth_token_file: str = ""  # the token from this file (what deployments should use)
+    # set: a second token that may call only reads (Get*, List*, Watch*, ...; services/common/auth.py)
+    read_only_token: str = dataclasses.field(default="", repr=False)
+    read_only_token_file: str = ""
+    # Calls to peers: TLS verified against this CA when set; the client certificate for mutual TLS is
+    # --peer-tls-cert/--peer-tls-key, by default the service's own --tls-cert/--tls-key.
+    peer_tls_ca: str = ""
+    peer_tls_cert: str = ""
+    peer_tls_key: str = ""
     workers: int = 1  # worker processes for CPU-heavy work
     topology_address: str = "127.0.0.1:50051"
     simulator_addresses: str = "127.0.0.1:50052"  # comma-separated; the orchestrator spreads jobs
@@ -103,6 +117,51 @@ def _check(config: ServiceConfig) -> None:
             fail(field, "must be positive")
 
 
+def _read_token(config: ServiceConfig, field: str) -> str:
+    """The token in the file named by `field`: one line, surrounding whitespace dropped."""
+    path = getattr(config, field)
+    flag = "--" + field.replace("_", "-")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: cannot read ({reason})") from exc
+    if not text:
+        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: the file is empty")
+    if any(c.isspace() for c in text) or not text.isprintable():
+        # A token travels as an HTTP/2 header value: one line of printable characters.
+        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: a token is one line without spaces")
+    return text
+
+
+def _with_tokens(config: ServiceConfig) -> ServiceConfig:
+    """Read the token files; refuse settings that are ambiguous. Never echoes a token."""
+    tokens = {}
+    for field in ("auth_token", "read_only_token"):
+        file_field = field + "_file"
+        if not getattr(config, file_field):
+            continue
+        if getattr(config, field):
+            raise SystemExit(
+                f"--{file_field.replace('_', '-')} / {_env_name(file_field)} and "
+                f"--{field.replace('_', '-')} / {_env_name(field)} are both set: set one, not both"
+            )
+        tokens[field] = _read_token(config, file_field)
+    config = dataclasses.replace(config, **tokens) if tokens else config
+    if config.read_only_token and not config.auth_token:
+        raise SystemExit(
+            "--read-only-token-file / FABRICTWIN_READ_ONLY_TOKEN_FILE needs a full token as well "
+            "(--auth-token-file / FABRICTWIN_AUTH_TOKEN_FILE): the services call each other with it"
+        )
+    if config.read_only_token and config.read_only_token == config.auth_token:
+        raise SystemExit(
+            "--read-only-token-file / FABRICTWIN_READ_ONLY_TOKEN_FILE: the read-only token and the full "
+            "token (--auth-token-file / FABRICTWIN_AUTH_TOKEN_FILE) must differ"
+        )
+    return config
+
+
 def load_config(
     service: str,
     argv: Sequence[str] | None = None,
@@ -144,6 +203,6 @@ def load_config(
                 action.default = _from_env(action, raw)
     args = vars(parser.parse_args(list(argv) if argv is not None else None))
     extra = {name: args.pop(name) for name in extra_names}
-    config = ServiceConfig(service=service, extra=extra, **args)
+    config = _with_tokens(ServiceConfig(service=service, extra=extra, **args))
     _check(config)
     return config

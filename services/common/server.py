@@ -16,7 +16,7 @@ import logging
 import signal
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,7 +28,15 @@ from services.common.interceptors import ErrorInterceptor
 from services.common.logs import configure_logging
 from services.common.metrics import MetricsHttp, MetricsInterceptor, RpcMetrics, start_metrics_http
 
-__all__ = ["RunningServer", "ServiceDefinition", "create_server", "run_service", "serving"]
+__all__ = [
+    "HealthSetter",
+    "ReportsHealth",
+    "RunningServer",
+    "ServiceDefinition",
+    "create_server",
+    "run_service",
+    "serving",
+]
 
 log = logging.getLogger("fabrictwin.server")
 
@@ -43,6 +51,31 @@ class ServiceDefinition:
 
 
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+HealthSetter = Callable[[bool], Awaitable[None]]  # True: SERVING, False: NOT_SERVING
+
+
+@runtime_checkable
+class ReportsHealth(Protocol):
+    """A servicer that can lose what it needs to work (its database, its workers) and says so.
+
+    `create_server` calls `watch_health` once the server serves, with a coroutine function that
+    reports the service SERVING (True) or NOT_SERVING (False). Once shutdown has begun the status
+    stays NOT_SERVING whatever is reported.
+    """
+
+    def watch_health(self, set_serving: HealthSetter) -> None: ...
+
+
+def _health_setter(health_servicer: health.aio.HealthServicer, name: str) -> HealthSetter:
+    async def set_serving(serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await health_servicer.set(name, status)
+        await health_servicer.set("", status)  # one service per server: the server is its service
+
+    return set_serving
 
 
 @dataclasses.dataclass
@@ -143,10 +176,19 @@ async def create_server(config: ServiceConfig, services: Sequence[ServiceDefinit
     """
     credentials = server_credentials(config)
     metrics = RpcMetrics()
-    interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(metrics)]
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    # --- auth: first, on the headers, so a refused call costs no parsing and gets the same answer
+    # for any method name; its refusals are counted here (served method, or one "unknown" label).
     if config.auth_token:
-        interceptors.append(BearerTokenInterceptor(config.auth_token))
-    interceptors.append(ErrorInterceptor())
+
+        def count_refusal(method: str, code: grpc.StatusCode) -> None:
+            metrics.observe(method, code.name, 0.0)
+
+        interceptors.append(
+            BearerTokenInterceptor(config.auth_token, config.read_only_token, on_refusal=count_refusal)
+        )
+    # --- end auth
+    interceptors += [MetricsInterceptor(metrics), ErrorInterceptor()]
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
@@ -179,6 +221,9 @@ async def create_server(config: ServiceConfig, services: Sequence[ServiceDefinit
         for name in names:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        for definition in services:
+            if isinstance(definition.servicer, ReportsHealth):
+                definition.servicer.watch_health(_health_setter(health_servicer, definition.full_name))
         metrics_http = None
         if config.metrics_port >= 0:
             metrics_http = start_metrics_http(metrics, config.host, config.metrics_port)

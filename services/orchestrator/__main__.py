@@ -6,6 +6,7 @@ from fabrictwin.v1 import scenario_pb2_grpc
 
 from services.common.config import ServiceConfig
 from services.common.db import make_engine
+from services.common.peers import peer_auth
 from services.common.server import ServiceDefinition, run_service
 from services.orchestrator.peers import GrpcSimulators, GrpcTelemetry, GrpcTopology
 from services.orchestrator.servicer import ScenarioServicer
@@ -16,17 +17,19 @@ SERVICE_NAME = "fabrictwin.v1.ScenarioService"
 
 async def build(config: ServiceConfig):
     """Servicer wired to SQL and to the other three services; cleanup closes the peers' channels."""
+    auth = peer_auth(config)  # TLS and the token towards the three peers
     engine = make_engine(config.resolved_database_url())
-    topology = GrpcTopology(config.topology_address, config.auth_token)
+    topology = GrpcTopology(config.topology_address, auth)
     addresses = [a.strip() for a in config.simulator_addresses.split(",") if a.strip()]
-    simulators = GrpcSimulators(addresses, config.auth_token)
-    telemetry = GrpcTelemetry(config.telemetry_address, config.auth_token)
+    simulators = GrpcSimulators(addresses, auth)
+    telemetry = GrpcTelemetry(config.telemetry_address, auth)
     servicer = ScenarioServicer(ScenarioStore(engine), topology, simulators, telemetry)
     await servicer.recover()
 
     async def cleanup() -> None:
         await servicer.close()
-        for channel in (topology.channel, telemetry.channel, *simulators.channels):
+        await simulators.close()
+        for channel in (topology.channel, telemetry.channel):
             await channel.close()
         engine.dispose()
 

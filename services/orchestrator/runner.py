@@ -2,7 +2,9 @@
 
 Free of gRPC: it talks to the other services through the Protocols in `peers.py`. A run's progress
 is the fraction of its simulations that have finished; every change is saved and announced to
-watchers through `on_change`.
+watchers through `on_change`. A simulation whose replica went away (`SimulatorLost`) is started
+again on one that answers, at most `reruns` times: a simulation is deterministic, so the re-run's
+result is the one the lost run would have given. A mode fails only when no replica can take it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Awaitable, Callable
 
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
 
-from services.common.errors import FabricTwinError, status_code_number
-from services.orchestrator.peers import SimulatorPeer, TelemetryPeer
+from services.common.errors import FabricTwinError, Unavailable, status_code_number
+from services.orchestrator.peers import SimulatorLost, SimulatorPeer, TelemetryPeer
 from services.orchestrator.scenarios import PlannedSimulation
 
 __all__ = ["execute_run"]
@@ -40,21 +42,45 @@ def _fill_result(result: scenario_pb2.ModeResult, simulation: simulation_pb2.Sim
         result.error.CopyFrom(simulation.error)
 
 
+async def _follow(
+    planned: PlannedSimulation,
+    result: scenario_pb2.ModeResult,
+    simulators: SimulatorPeer,
+    changed: Callable[[], Awaitable[None]],
+) -> simulation_pb2.Simulation:
+    """Start the simulation and follow it to its end; SimulatorLost when its replica goes away."""
+    simulation = await simulators.start(planned.spec)
+    result.simulation = simulation.name
+    result.state = simulation.state
+    await changed()
+    async for update in simulators.watch(result.simulation):
+        simulation = update  # the watch ends after the terminal state
+    if simulation.state not in _TERMINAL:
+        raise SimulatorLost(f"{result.simulation}: the simulator stopped reporting before it finished")
+    return simulation
+
+
 async def _one(
     planned: PlannedSimulation,
     result: scenario_pb2.ModeResult,
     simulators: SimulatorPeer,
-    poll_seconds: float,
     changed: Callable[[], Awaitable[None]],
+    reruns: int,
 ) -> None:
     try:
-        simulation = await simulators.start(planned.spec)
-        result.simulation = simulation.name
-        result.state = simulation.state
-        await changed()
-        while simulation.state not in _TERMINAL:
-            await asyncio.sleep(poll_seconds)
-            simulation = await simulators.get(simulation.name)
+        for attempt in range(reruns + 1):
+            try:
+                simulation = await _follow(planned, result, simulators, changed)
+                break
+            except SimulatorLost as lost:
+                log.warning(
+                    "simulation lost with its replica; starting it again",
+                    extra={"simulation": result.simulation, "label": result.label, "reason": str(lost)},
+                )
+                if attempt == reruns:
+                    raise Unavailable(
+                        f"lost {reruns + 1} times with its simulator replica; last: {lost}"
+                    ) from lost
         _fill_result(result, simulation)
     except FabricTwinError as exc:
         result.state = common_pb2.JOB_STATE_FAILED
@@ -71,9 +97,12 @@ async def execute_run(
     *,
     store_telemetry: bool = False,
     parallelism: int = 8,
-    poll_seconds: float = 0.05,
+    reruns: int = 3,
 ) -> scenario_pb2.Run:
-    """Run every planned simulation (at most `parallelism` at once) and fill `run` as they finish."""
+    """Run every planned simulation (at most `parallelism` at once) and fill `run` as they finish.
+
+    A simulation lost with its replica is started again elsewhere up to `reruns` times.
+    """
     run.state = common_pb2.JOB_STATE_RUNNING
     run.progress.stage = "simulating"
     del run.results[:]
@@ -110,7 +139,7 @@ async def execute_run(
 
     async def gated(p: PlannedSimulation, r: scenario_pb2.ModeResult) -> None:
         async with gate:
-            await _one(p, r, simulators, poll_seconds, changed)
+            await _one(p, r, simulators, changed, reruns)
 
     await asyncio.gather(*(gated(p, r) for p, r in zip(planned, run.results, strict=True)))
     failed = [r for r in run.results if r.state != common_pb2.JOB_STATE_SUCCEEDED]

@@ -112,3 +112,73 @@ def test_sqlite_under_the_data_dir_is_the_database_when_none_is_configured(tmp_p
     assert ServiceConfig(service="telemetry", database_url="postgresql://db/x").resolved_database_url() == (
         "postgresql://db/x"
     )
+
+
+# Secrets: the bearer tokens come from files (or the environment), never needed on the command line.
+
+
+def test_the_token_is_read_from_the_file_named_by_flag_or_variable(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("s3cret\n")  # as `kubectl create secret --from-file` or `echo > file` leave it
+    assert load_config("topology", ["--auth-token-file", str(path)], env={}).auth_token == "s3cret"
+    from_env = load_config("topology", [], env={"FABRICTWIN_AUTH_TOKEN_FILE": str(path)})
+    assert from_env.auth_token == "s3cret"
+    assert from_env.auth_token_file == str(path)
+
+
+def test_the_read_only_token_is_read_from_its_file(tmp_path):
+    (tmp_path / "token").write_text("full")
+    (tmp_path / "ro").write_text("look-only\n")
+    env = {
+        "FABRICTWIN_AUTH_TOKEN_FILE": str(tmp_path / "token"),
+        "FABRICTWIN_READ_ONLY_TOKEN_FILE": str(tmp_path / "ro"),
+    }
+    config = load_config("telemetry", [], env=env)
+    assert (config.auth_token, config.read_only_token) == ("full", "look-only")
+
+
+def test_tokens_never_show_in_the_configs_repr(tmp_path):
+    config = ServiceConfig(service="topology", auth_token="s3cret", read_only_token="look-only")
+    assert "s3cret" not in repr(config) and "look-only" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("files", "env", "names"),
+    [
+        ({}, {"FABRICTWIN_AUTH_TOKEN_FILE": "{d}/absent"}, "--auth-token-file"),
+        ({"token": "\n"}, {"FABRICTWIN_AUTH_TOKEN_FILE": "{d}/token"}, "empty"),
+        ({"token": "hunter2\nhunter3"}, {"FABRICTWIN_AUTH_TOKEN_FILE": "{d}/token"}, "one line"),
+        (
+            {"token": "a"},
+            {"FABRICTWIN_AUTH_TOKEN_FILE": "{d}/token", "FABRICTWIN_AUTH_TOKEN": "b"},
+            "not both",
+        ),
+        ({"ro": "r"}, {"FABRICTWIN_READ_ONLY_TOKEN_FILE": "{d}/ro"}, "needs a full token"),
+        (
+            {"t": "hunter2"},
+            {"FABRICTWIN_AUTH_TOKEN_FILE": "{d}/t", "FABRICTWIN_READ_ONLY_TOKEN_FILE": "{d}/t"},
+            "differ",
+        ),
+    ],
+    ids=["missing file", "empty file", "two lines", "token and file", "read-only alone", "same token twice"],
+)
+def test_a_token_setting_that_cannot_work_exits_naming_it(tmp_path, files, env, names):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v.format(d=tmp_path) for k, v in env.items()}
+    with pytest.raises(SystemExit) as exited:
+        load_config("topology", [], env=env)
+    message = str(exited.value.code)
+    assert names in message
+    assert "FABRICTWIN_" in message or "--" in message
+    assert "hunter" not in message  # a token's text is never echoed
+
+
+def test_peer_tls_settings_have_flags_and_variables():
+    env = {"FABRICTWIN_PEER_TLS_CA": "/etc/ca.crt", "FABRICTWIN_PEER_TLS_CERT": "/etc/c.crt"}
+    config = load_config("simulator", ["--peer-tls-key", "/etc/c.key"], env=env)
+    assert (config.peer_tls_ca, config.peer_tls_cert, config.peer_tls_key) == (
+        "/etc/ca.crt",
+        "/etc/c.crt",
+        "/etc/c.key",
+    )

@@ -1,26 +1,30 @@
 """The chart against the code it deploys: every variable it sets is one the service reads, the services'
-own config loader accepts the environment a pod gets, and each probe names a service the real server
-reports SERVING."""
+own config loader accepts the environment a pod gets (files from mounted Secrets included), and each
+probe names a service the real server reports SERVING."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.config import ServiceConfig, load_config
+from services.common.peers import peer_auth
+from services.simulator.__main__ import extra_flags as simulator_flags
 from services.telemetry.__main__ import extra_flags as telemetry_flags
+from services.topology.__main__ import extra_flags as topology_flags
+from tests.common.test_tls import OPENSSL, pki  # noqa: F401 - `pki` is a fixture
 from tests.deploy.conftest import COMPONENTS, NAMESPACE, RELEASE
 from tests.in_process import in_process_stack
 
-EXTRA_FLAGS = {"telemetry": telemetry_flags}  # the only service with flags of its own
-FROM_SECRETS = {
-    "FABRICTWIN_DATABASE_URL": "postgresql://fabrictwin:pw@db.example:5432/fabrictwin",
-    "FABRICTWIN_AUTH_TOKEN": "s3cret",
-}
+EXTRA_FLAGS = {"topology": topology_flags, "simulator": simulator_flags, "telemetry": telemetry_flags}
+FROM_SECRETS = {"FABRICTWIN_DATABASE_URL": "postgresql://fabrictwin:pw@db.example:5432/fabrictwin"}
+# What the mounted Secrets hold, by path in the pod: stand-ins written to a directory of the test.
+MOUNTED = {"/etc/fabrictwin/auth/token": "s3cret\n", "/etc/fabrictwin/auth/read-only-token": "viewer\n"}
 
 
 def variables_read_by(component: str) -> set[str]:
@@ -33,15 +37,25 @@ def variables_read_by(component: str) -> set[str]:
     return {"FABRICTWIN_" + name.upper() for name in names}
 
 
-def pod_environment(rendered, component: str) -> dict[str, str]:
-    """The variables as the kubelet would set them, Secrets resolved to stand-ins."""
+def pod_environment(rendered, component: str, files: dict[str, pathlib.Path] | None = None) -> dict[str, str]:
+    """The variables as the kubelet would set them, Secrets resolved to stand-ins and paths into
+    mounted Secrets to the stand-in files in `files` (path in the pod -> file here)."""
     env = {}
     for name, value in rendered.env(component).items():
         if isinstance(value, dict):
             assert "secretKeyRef" in value, f"{component}: {name} comes from neither a value nor a Secret"
             value = FROM_SECRETS[name]
-        env[name] = value
+        env[name] = str((files or {}).get(value, value))
     return env
+
+
+@pytest.fixture
+def secret_files(tmp_path) -> dict[str, pathlib.Path]:
+    files = {}
+    for path, text in MOUNTED.items():
+        files[path] = tmp_path / pathlib.PurePosixPath(path).name
+        files[path].write_text(text)
+    return files
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +76,13 @@ def test_every_fabrictwin_variable_the_chart_sets_is_one_the_service_reads(every
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
-def test_the_service_accepts_the_environment_its_pod_gets(render, component):
-    rendered = render({"auth": {"existingSecret": "fabrictwin-token"}})
-    config = load_config(
-        component, [], env=pod_environment(rendered, component), extra_flags=EXTRA_FLAGS.get(component)
-    )
+def test_the_service_accepts_the_environment_its_pod_gets(render, component, secret_files):
+    rendered = render({"auth": {"existingSecret": "fabrictwin-token", "readOnlyKey": "viewer"}})
+    env = pod_environment(rendered, component, secret_files)
+    config = load_config(component, [], env=env, extra_flags=EXTRA_FLAGS.get(component))
     ports = {p["name"]: p["containerPort"] for p in rendered.container(component)["ports"]}
     assert (config.host, config.port, config.metrics_port) == ("0.0.0.0", ports["grpc"], ports["metrics"])
-    assert config.auth_token == "s3cret"
+    assert (config.auth_token, config.read_only_token) == ("s3cret", "viewer")  # read from the files
     assert config.drain_seconds > 0
     assert config.log_format == "json"
     if component != "simulator":
@@ -79,9 +92,10 @@ def test_the_service_accepts_the_environment_its_pod_gets(render, component):
         assert config.simulator_addresses == f"dns:///{headless}:50052"
 
 
-def test_tls_settings_reach_the_orchestrators_config(everything_on):
-    env = pod_environment(everything_on, "orchestrator")
-    config = load_config("orchestrator", [], env=env)
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_tls_settings_reach_every_services_config(everything_on, component, secret_files):
+    env = pod_environment(everything_on, component, secret_files)
+    config = load_config(component, [], env=env, extra_flags=EXTRA_FLAGS.get(component))
     assert (config.tls_cert, config.tls_key, config.tls_client_ca) == (
         "/etc/fabrictwin/tls/tls.crt",
         "/etc/fabrictwin/tls/tls.key",
@@ -89,8 +103,33 @@ def test_tls_settings_reach_the_orchestrators_config(everything_on):
     )
 
 
-def test_a_services_own_settings_from_values_reach_its_config(everything_on):
-    env = pod_environment(everything_on, "telemetry")
+@pytest.mark.skipif(OPENSSL is None, reason="the openssl CLI is not installed; cannot make certificates")
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_each_services_peer_settings_from_the_chart_make_a_working_peer_auth(
+    everything_on,
+    component,
+    secret_files,
+    pki,  # noqa: F811
+):
+    # The pod's TLS Secret, played by the test CA's files: what the service would call its peers with.
+    files = {
+        **secret_files,
+        "/etc/fabrictwin/tls/tls.crt": pki.server_cert,
+        "/etc/fabrictwin/tls/tls.key": pki.server_key,
+        "/etc/fabrictwin/tls/ca.crt": pki.ca,
+    }
+    env = pod_environment(everything_on, component, files)
+    auth = peer_auth(load_config(component, [], env=env, extra_flags=EXTRA_FLAGS.get(component)))
+    assert auth.token == "s3cret"
+    if component == "topology":  # calls no peer
+        assert not auth.tls
+    else:
+        assert auth.root_certificates == pki.read("ca")
+        assert auth.certificate_chain == pki.read("server_cert")  # mutual TLS: its own certificate
+
+
+def test_a_services_own_settings_from_values_reach_its_config(everything_on, secret_files):
+    env = pod_environment(everything_on, "telemetry", secret_files)
     config = load_config("telemetry", [], env=env, extra_flags=telemetry_flags)
     assert config.extra["max_points"] == 50_000
 

@@ -39,7 +39,11 @@ def test_the_mirror_runs_the_cli_on_its_configmap_against_the_services(render):
     domain = f"{NAMESPACE}.svc.cluster.local"
     assert env["FABRICTWIN_TOPOLOGY_ADDRESS"] == f"{RELEASE}-fabrictwin-topology.{domain}:50051"
     assert env["FABRICTWIN_TELEMETRY_ADDRESS"] == f"{RELEASE}-fabrictwin-telemetry.{domain}:50053"
-    assert env["FABRICTWIN_TOKEN"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    assert "FABRICTWIN_TOKEN" not in env  # the token is a mounted file, not a variable
+    assert env["FABRICTWIN_TOKEN_FILE"] == "/etc/fabrictwin/auth/token"
+    (auth,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "auth"]
+    assert auth["secret"]["secretName"] == "tok"
+    assert auth["secret"]["items"] == [{"key": "token", "path": "token"}]
     # A changed configuration rolls the pod.
     other = render({"mirror": {"enabled": True, "config": CONFIG + "timeout_s = 5\n"}}).deployment("mirror")
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
@@ -52,3 +56,23 @@ def test_the_mirror_runs_the_cli_on_its_configmap_against_the_services(render):
 def test_an_enabled_mirror_without_a_configuration_is_refused(render):
     with pytest.raises(Exception, match=r"mirror\.enabled needs mirror\.config"):
         render({"mirror": {"enabled": True}})
+
+
+def test_the_mirror_talks_tls_to_services_that_serve_it(render):
+    tls = {"enabled": True, "existingSecret": "fabrictwin-tls", "clientCA": True}
+    rendered = render({"mirror": {"enabled": True, "config": CONFIG}, "tls": tls})
+    command = rendered.container("mirror")["command"]
+    assert command == [
+        "fabrictwin",
+        "--tls-ca",
+        "/etc/fabrictwin/tls/ca.crt",
+        "--tls-cert",
+        "/etc/fabrictwin/tls/tls.crt",
+        "--tls-key",
+        "/etc/fabrictwin/tls/tls.key",
+        "mirror",
+        "--config",
+        "/etc/fabrictwin/mirror/mirror.toml",
+    ]
+    mounts = {m["name"]: m["mountPath"] for m in rendered.container("mirror")["volumeMounts"]}
+    assert mounts["tls"] == "/etc/fabrictwin/tls"

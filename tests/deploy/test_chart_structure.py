@@ -75,11 +75,32 @@ def test_peers_address_each_other_by_service_name(render):
     assert rendered.env("orchestrator")["FABRICTWIN_TELEMETRY_ADDRESS"] == fqdn("telemetry")
 
 
-def test_the_database_url_and_token_come_from_secrets_by_reference(render):
+def volume(rendered, component: str, name: str) -> dict:
+    (found,) = [v for v in pod_spec(rendered, component)["volumes"] if v["name"] == name]
+    return found
+
+
+def mount(rendered, component: str, name: str) -> dict:
+    (found,) = [m for m in rendered.container(component)["volumeMounts"] if m["name"] == name]
+    return found
+
+
+def test_the_database_url_comes_from_a_secret_and_the_token_from_a_mounted_secret_file(render):
     rendered = render({"auth": {"existingSecret": "fabrictwin-token", "key": "bearer"}})
     for component in COMPONENTS:
         env = rendered.env(component)
-        assert env["FABRICTWIN_AUTH_TOKEN"] == {"secretKeyRef": {"name": "fabrictwin-token", "key": "bearer"}}
+        # The token is a file in the pod, never a variable (`kubectl describe`, /proc/<pid>/environ).
+        assert "FABRICTWIN_AUTH_TOKEN" not in env
+        assert env["FABRICTWIN_AUTH_TOKEN_FILE"] == "/etc/fabrictwin/auth/token"
+        assert mount(rendered, component, "auth") == {
+            "name": "auth",
+            "mountPath": "/etc/fabrictwin/auth",
+            "readOnly": True,
+        }
+        secret = volume(rendered, component, "auth")["secret"]
+        assert secret["secretName"] == "fabrictwin-token"
+        assert secret["items"] == [{"key": "bearer", "path": "token"}]
+        assert secret["defaultMode"] == 0o440
         if component == "simulator":
             assert "FABRICTWIN_DATABASE_URL" not in env  # simulations live in memory
         else:
@@ -88,9 +109,24 @@ def test_the_database_url_and_token_come_from_secrets_by_reference(render):
     assert rendered.of_kind("Secret") == []  # the chart makes no Secret of its own
 
 
+def test_a_read_only_token_is_a_second_file_from_the_same_secret(render):
+    rendered = render({"auth": {"existingSecret": "fabrictwin-token", "readOnlyKey": "viewer"}})
+    for component in COMPONENTS:
+        assert (
+            rendered.env(component)["FABRICTWIN_READ_ONLY_TOKEN_FILE"]
+            == "/etc/fabrictwin/auth/read-only-token"
+        )
+        assert volume(rendered, component, "auth")["secret"]["items"] == [
+            {"key": "token", "path": "token"},
+            {"key": "viewer", "path": "read-only-token"},
+        ]
+
+
 def test_without_a_token_secret_no_service_asks_for_one(render):
     rendered = render()
-    assert all("FABRICTWIN_AUTH_TOKEN" not in rendered.env(c) for c in COMPONENTS)
+    for component in COMPONENTS:
+        assert not any("TOKEN" in name for name in rendered.env(component))
+        assert "auth" not in [v["name"] for v in pod_spec(rendered, component)["volumes"]]
 
 
 def test_the_chart_refuses_to_render_without_a_database(render, helm):
@@ -213,24 +249,54 @@ def test_without_metrics_no_port_is_opened(render):
     assert all([p["name"] for p in rendered.container(c)["ports"]] == ["grpc"] for c in COMPONENTS)
 
 
-def test_tls_mounts_the_secret_on_the_orchestrator_and_probes_its_listener_over_tcp(render):
-    rendered = render({"tls": {"enabled": True, "existingSecret": "fabrictwin-tls", "clientCA": True}})
-    env = rendered.env("orchestrator")
-    container = rendered.container("orchestrator")
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+TLS_ON = {"tls": {"enabled": True, "existingSecret": "fabrictwin-tls", "clientCA": True}}
+CALLERS = {"simulator": 2, "telemetry": 1, "orchestrator": 3}  # component -> how many peers it calls
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_tls_serves_every_service_from_the_mounted_secret_and_probes_it_over_tcp(render, component):
+    rendered = render(TLS_ON)
+    env = rendered.env(component)
+    tls = mount(rendered, component, "tls")
+    assert tls["readOnly"] is True
     for variable, file in [("TLS_CERT", "tls.crt"), ("TLS_KEY", "tls.key"), ("TLS_CLIENT_CA", "ca.crt")]:
-        assert env[f"FABRICTWIN_{variable}"] == f"{mount['mountPath']}/{file}"
-    (volume,) = [v for v in pod_spec(rendered, "orchestrator")["volumes"] if v["name"] == "tls"]
-    assert volume["secret"]["secretName"] == "fabrictwin-tls"
+        assert env[f"FABRICTWIN_{variable}"] == f"{tls['mountPath']}/{file}"
+    assert volume(rendered, component, "tls")["secret"]["secretName"] == "fabrictwin-tls"
     # The kubelet's gRPC probe speaks plaintext: a TLS listener is checked for accepting connections.
-    assert container["readinessProbe"]["tcpSocket"] == {"port": "grpc"}
+    assert rendered.container(component)["readinessProbe"]["tcpSocket"] == {"port": "grpc"}
+
+
+@pytest.mark.parametrize("component", CALLERS)
+def test_services_call_their_tls_peers_with_the_ca_and_their_own_certificate(render, component):
+    env = render(TLS_ON).env(component)
+    assert env["FABRICTWIN_PEER_TLS_CA"] == "/etc/fabrictwin/tls/ca.crt"
+    assert (env["FABRICTWIN_PEER_TLS_CERT"], env["FABRICTWIN_PEER_TLS_KEY"]) == (
+        "/etc/fabrictwin/tls/tls.crt",
+        "/etc/fabrictwin/tls/tls.key",
+    )
+    without_client_ca = render({"tls": {**TLS_ON["tls"], "clientCA": False}}).env(component)
+    assert without_client_ca["FABRICTWIN_PEER_TLS_CA"] == "/etc/fabrictwin/tls/ca.crt"
+    assert "FABRICTWIN_PEER_TLS_CERT" not in without_client_ca
+
+
+def test_the_topology_service_calls_no_peer(render):
+    assert not any(name.startswith("FABRICTWIN_PEER_TLS") for name in render(TLS_ON).env("topology"))
+
+
+def test_tls_on_the_orchestrator_alone_leaves_the_services_behind_it_plaintext(render):
+    rendered = render({"tls": {**TLS_ON["tls"], "services": ["orchestrator"]}})
+    assert rendered.container("orchestrator")["readinessProbe"]["tcpSocket"] == {"port": "grpc"}
+    assert not any(name.startswith("FABRICTWIN_PEER_TLS") for name in rendered.env("orchestrator"))
     for component in ("topology", "simulator", "telemetry"):
-        assert not any(name.startswith("FABRICTWIN_TLS") for name in rendered.env(component))
+        assert not any(
+            name.startswith(("FABRICTWIN_TLS", "FABRICTWIN_PEER_TLS")) for name in rendered.env(component)
+        )
+        assert "tls" not in [v["name"] for v in pod_spec(rendered, component)["volumes"]]
         assert "grpc" in rendered.container(component)["readinessProbe"]
 
 
-def test_tls_on_a_service_its_peers_call_in_plaintext_is_refused(render, helm):
-    with pytest.raises(helm.HelmError, match="topology is called by its peers in plaintext"):
+def test_tls_on_some_of_the_services_the_same_peers_call_is_refused(render, helm):
+    with pytest.raises(helm.HelmError, match="topology, simulator and telemetry"):
         render({"tls": {"enabled": True, "existingSecret": "t", "services": ["orchestrator", "topology"]}})
 
 

@@ -56,12 +56,14 @@ async def test_simulations_started_through_one_name_are_found_again_through_it(t
             for _ in range(2)
         ]
         simulators = GrpcSimulators([f"ipv4:{','.join(replicas)}"])
-        for channel in simulators.channels:
-            stack.push_async_callback(channel.close)
+        stack.push_async_callback(simulators.close)
         assert len(simulators.channels) == 2  # one channel per replica
 
         started = [await simulators.start(ring_allreduce("fabrics/ft4")) for _ in range(4)]
         assert len({simulators._owner[s.name] for s in started}) == 2  # spread over both replicas
         for simulation in started:
-            for _ in range(4):  # as the orchestrator polls until a terminal state
-                assert (await simulators.get(simulation.name)).name == simulation.name
+            assert (await simulators.get(simulation.name)).name == simulation.name
+            # As the orchestrator follows it: every update from its own replica, to the end.
+            updates = [update async for update in simulators.watch(simulation.name)]
+            assert {u.name for u in updates} == {simulation.name}
+            assert updates[-1].state == common_pb2.JOB_STATE_SUCCEEDED

@@ -7,6 +7,8 @@
 
 Every call sends `authorization: Bearer <token>` when a token is set, uses the client's `timeout`
 as the deadline of unary calls, and raises `fabrictwin.errors.FabricTwinError` subclasses on failure.
+The token is best kept in a file (`token_file=`, FABRICTWIN_TOKEN_FILE): a token on a command line is
+visible to every user of the machine in the process list.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from fabrictwin.scenarios import ScenariosApi
 from fabrictwin.simulations import SimulationsApi
 from fabrictwin.telemetry import TelemetryApi
 
-__all__ = ["DEFAULT_ADDRESSES", "SERVICE_NAMES", "Addresses", "Client"]
+__all__ = ["DEFAULT_ADDRESSES", "SERVICE_NAMES", "Addresses", "Client", "read_token_file"]
 
 DEFAULT_ADDRESSES = {
     "topology": "127.0.0.1:50051",
@@ -40,6 +42,23 @@ SERVICE_NAMES = {
     "telemetry": "fabrictwin.v1.TelemetryService",
     "orchestrator": "fabrictwin.v1.ScenarioService",
 }
+
+
+def read_token_file(path: str, source: str = "token_file") -> str:
+    """The bearer token in the file at `path`: one line, surrounding whitespace dropped.
+
+    InvalidArgumentError names `source` (the parameter or variable that named the file) and the path.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidArgumentError(f"{source}={path}: cannot read the token ({reason})") from None
+    if not token or any(c.isspace() for c in token) or not token.isprintable():
+        raise InvalidArgumentError(f"{source}={path}: expected the token alone, on one line")
+    return token
+
 
 _ENV = {
     "topology": "FABRICTWIN_TOPOLOGY_ADDRESS",
@@ -61,7 +80,8 @@ class Addresses:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Addresses:
-        """FABRICTWIN_{TOPOLOGY,SIMULATOR,TELEMETRY,ORCHESTRATOR}_ADDRESS and FABRICTWIN_TOKEN.
+        """FABRICTWIN_{TOPOLOGY,SIMULATOR,TELEMETRY,ORCHESTRATOR}_ADDRESS, and the token from
+        FABRICTWIN_TOKEN_FILE (a file holding it) or FABRICTWIN_TOKEN (not both).
 
         FABRICTWIN_SIMULATOR_ADDRESS may list several replicas separated by commas (as the
         orchestrator's configuration does); the SDK talks to the first.
@@ -72,7 +92,12 @@ class Addresses:
             for service, variable in _ENV.items()
         }
         values["simulator"] = values["simulator"].split(",")[0].strip() or DEFAULT_ADDRESSES["simulator"]
-        return cls(**values, token=env.get("FABRICTWIN_TOKEN") or None)
+        token, token_file = env.get("FABRICTWIN_TOKEN") or None, env.get("FABRICTWIN_TOKEN_FILE") or None
+        if token_file is not None:
+            if token is not None:
+                raise InvalidArgumentError("FABRICTWIN_TOKEN_FILE and FABRICTWIN_TOKEN are both set: set one")
+            token = read_token_file(token_file, "FABRICTWIN_TOKEN_FILE")
+        return cls(**values, token=token)
 
 
 class Client:
@@ -82,8 +107,9 @@ class Client:
     ----------
     topology, simulator, telemetry, orchestrator:
         `host:port` of each service.
-    token:
-        Bearer token sent on every call (servers started with `--auth-token`).
+    token, token_file:
+        Bearer token sent on every call (servers started with `--auth-token-file`), or the file
+        holding it; not both.
     root_certificates, private_key, certificate_chain:
         PEM bytes for TLS (root certificates) or mutual TLS (all three); plain text when none is given.
     timeout:
@@ -98,11 +124,16 @@ class Client:
         orchestrator: str = DEFAULT_ADDRESSES["orchestrator"],
         *,
         token: str | None = None,
+        token_file: str | None = None,
         root_certificates: bytes | None = None,
         private_key: bytes | None = None,
         certificate_chain: bytes | None = None,
         timeout: float | None = 30.0,
     ) -> None:
+        if token_file is not None:
+            if token is not None:
+                raise InvalidArgumentError("give token or token_file, not both")
+            token = read_token_file(token_file)
         tls = TlsFiles(root_certificates, private_key, certificate_chain)
         addresses = {
             "topology": topology,

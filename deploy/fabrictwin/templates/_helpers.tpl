@@ -73,7 +73,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The orchestrator's simulator target: one DNS name that resolves to every ready simulator pod
-(headless Service); gRPC's round_robin policy (services/common/peers.py) spreads calls over them.
+(headless Service); the orchestrator keeps a channel per pod (services/orchestrator/replicas.py).
 */}}
 {{- define "fabrictwin.simulatorTarget" -}}
 {{- printf "dns:///%s.%s.svc.%s:%v" (include "fabrictwin.simulatorHeadlessName" .) .Release.Namespace .Values.clusterDomain .Values.simulator.port -}}
@@ -96,20 +96,57 @@ The orchestrator's simulator target: one DNS name that resolves to every ready s
 {{- if .Values.postgresql.dev -}}url{{- else -}}{{ .Values.database.key }}{{- end -}}
 {{- end -}}
 
-{{/* "true" when the component serves TLS; fails for a component its peers call in plaintext. */}}
+{{/*
+Checks the TLS values once: a Secret is named, and topology, simulator and telemetry (called by the
+same peers, with one set of peer settings each) all serve TLS or none does.
+*/}}
+{{- define "fabrictwin.checkTls" -}}
+{{- if .Values.tls.enabled -}}
+{{- if not .Values.tls.existingSecret -}}
+{{- fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt)" -}}
+{{- end -}}
+{{- $called := 0 -}}
+{{- range list "topology" "simulator" "telemetry" -}}
+{{- if has . $.Values.tls.services -}}{{- $called = add1 $called -}}{{- end -}}
+{{- end -}}
+{{- if and (gt $called 0) (lt $called 3) -}}
+{{- fail (printf "tls.services %v: topology, simulator and telemetry are called by the same peers with one set of peer settings, so list all three or none of them (the orchestrator may serve TLS alone)" .Values.tls.services) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the component serves TLS; ctx: dict "root" $ "component" name. */}}
 {{- define "fabrictwin.tls" -}}
 {{- $root := .root -}}
-{{- if $root.Values.tls.enabled -}}
-{{- if not $root.Values.tls.existingSecret -}}
-{{- fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret (tls.crt, tls.key)" -}}
+{{- include "fabrictwin.checkTls" $root -}}
+{{- if and $root.Values.tls.enabled (has .component $root.Values.tls.services) -}}true{{- end -}}
 {{- end -}}
-{{- range $root.Values.tls.services -}}
-{{- if ne . "orchestrator" -}}
-{{- fail (printf "tls.services: %s is called by its peers in plaintext (services/common/peers.py has no TLS between services yet); only orchestrator can serve TLS" .) -}}
+
+{{/*
+"true" when the peers the component calls serve TLS (all of them do, or none: fabrictwin.checkTls);
+ctx: dict "root" $ "peers" list.
+*/}}
+{{- define "fabrictwin.peerTls" -}}
+{{- $root := .root -}}
+{{- include "fabrictwin.checkTls" $root -}}
+{{- $found := false -}}
+{{- range .peers -}}
+{{- if and $root.Values.tls.enabled (has . $root.Values.tls.services) -}}{{- $found = true -}}{{- end -}}
 {{- end -}}
+{{- if $found -}}true{{- end -}}
 {{- end -}}
-{{- if has .component $root.Values.tls.services -}}true{{- end -}}
-{{- end -}}
+
+{{/*
+The items of the auth Secret a pod mounts at /etc/fabrictwin/auth: `token`, and `read-only-token`
+when auth.readOnlyKey names one; ctx: dict "root" $ "readOnly" bool.
+*/}}
+{{- define "fabrictwin.authItems" -}}
+- key: {{ .root.Values.auth.key }}
+  path: token
+{{- if and .readOnly .root.Values.auth.readOnlyKey }}
+- key: {{ .root.Values.auth.readOnlyKey }}
+  path: read-only-token
+{{- end }}
 {{- end -}}
 
 {{/* Whole seconds of the pod's termination grace: drain + grace + cleanup, each rounded up. */}}

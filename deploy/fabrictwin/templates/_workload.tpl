@@ -11,7 +11,7 @@ ctx: dict
 
 {{/* FABRICTWIN_* variables the chart sets itself: `env` in values may not override them. */}}
 {{- define "fabrictwin.managedEnv" -}}
-FABRICTWIN_HOST FABRICTWIN_PORT FABRICTWIN_METRICS_PORT FABRICTWIN_LOG_LEVEL FABRICTWIN_LOG_FORMAT FABRICTWIN_GRACE_SECONDS FABRICTWIN_DRAIN_SECONDS FABRICTWIN_DATA_DIR FABRICTWIN_DATABASE_URL FABRICTWIN_AUTH_TOKEN FABRICTWIN_TLS_CERT FABRICTWIN_TLS_KEY FABRICTWIN_TLS_CLIENT_CA FABRICTWIN_WORKERS FABRICTWIN_TOPOLOGY_ADDRESS FABRICTWIN_SIMULATOR_ADDRESSES FABRICTWIN_TELEMETRY_ADDRESS NUMBA_CACHE_DIR HOME
+FABRICTWIN_HOST FABRICTWIN_PORT FABRICTWIN_METRICS_PORT FABRICTWIN_LOG_LEVEL FABRICTWIN_LOG_FORMAT FABRICTWIN_GRACE_SECONDS FABRICTWIN_DRAIN_SECONDS FABRICTWIN_DATA_DIR FABRICTWIN_DATABASE_URL FABRICTWIN_AUTH_TOKEN FABRICTWIN_AUTH_TOKEN_FILE FABRICTWIN_READ_ONLY_TOKEN FABRICTWIN_READ_ONLY_TOKEN_FILE FABRICTWIN_TLS_CERT FABRICTWIN_TLS_KEY FABRICTWIN_TLS_CLIENT_CA FABRICTWIN_PEER_TLS_CA FABRICTWIN_PEER_TLS_CERT FABRICTWIN_PEER_TLS_KEY FABRICTWIN_WORKERS FABRICTWIN_TOPOLOGY_ADDRESS FABRICTWIN_SIMULATOR_ADDRESSES FABRICTWIN_TELEMETRY_ADDRESS NUMBA_CACHE_DIR HOME
 {{- end -}}
 
 {{- define "fabrictwin.probe" -}}
@@ -35,6 +35,7 @@ timeoutSeconds: {{ $values.timeoutSeconds }}
 {{- $component := .component -}}
 {{- $values := index $root.Values $component -}}
 {{- $tls := include "fabrictwin.tls" . -}}
+{{- $peerTls := include "fabrictwin.peerTls" . -}}
 {{- $managed := splitList " " (include "fabrictwin.managedEnv" .) -}}
 {{- include "fabrictwin.checkProbes" $root -}}
 apiVersion: apps/v1
@@ -127,11 +128,13 @@ spec:
                   key: {{ include "fabrictwin.databaseSecretKey" $root }}
             {{- end }}
             {{- if $root.Values.auth.existingSecret }}
-            - name: FABRICTWIN_AUTH_TOKEN
-              valueFrom:
-                secretKeyRef:
-                  name: {{ $root.Values.auth.existingSecret }}
-                  key: {{ $root.Values.auth.key }}
+            {{- /* Files of the mounted Secret, never variables: not in `kubectl describe`, not in /proc/<pid>/environ. */}}
+            - name: FABRICTWIN_AUTH_TOKEN_FILE
+              value: /etc/fabrictwin/auth/token
+            {{- if $root.Values.auth.readOnlyKey }}
+            - name: FABRICTWIN_READ_ONLY_TOKEN_FILE
+              value: /etc/fabrictwin/auth/read-only-token
+            {{- end }}
             {{- end }}
             {{- if $tls }}
             - name: FABRICTWIN_TLS_CERT
@@ -141,6 +144,17 @@ spec:
             {{- if $root.Values.tls.clientCA }}
             - name: FABRICTWIN_TLS_CLIENT_CA
               value: /etc/fabrictwin/tls/ca.crt
+            {{- end }}
+            {{- end }}
+            {{- if $peerTls }}
+            {{- /* Its peers serve TLS: verify them against the Secret's CA; present its certificate for mutual TLS. */}}
+            - name: FABRICTWIN_PEER_TLS_CA
+              value: /etc/fabrictwin/tls/ca.crt
+            {{- if $root.Values.tls.clientCA }}
+            - name: FABRICTWIN_PEER_TLS_CERT
+              value: /etc/fabrictwin/tls/tls.crt
+            - name: FABRICTWIN_PEER_TLS_KEY
+              value: /etc/fabrictwin/tls/tls.key
             {{- end }}
             {{- end }}
             {{- if eq $component "simulator" }}
@@ -179,9 +193,14 @@ spec:
               mountPath: /tmp
             - name: numba-cache
               mountPath: /var/cache/numba
-            {{- if $tls }}
+            {{- if or $tls $peerTls }}
             - name: tls
               mountPath: /etc/fabrictwin/tls
+              readOnly: true
+            {{- end }}
+            {{- if $root.Values.auth.existingSecret }}
+            - name: auth
+              mountPath: /etc/fabrictwin/auth
               readOnly: true
             {{- end }}
       volumes:
@@ -191,11 +210,19 @@ spec:
         - name: numba-cache
           emptyDir:
             sizeLimit: {{ $root.Values.scratch.numbaCacheSizeLimit }}
-        {{- if $tls }}
+        {{- if or $tls $peerTls }}
         - name: tls
           secret:
             secretName: {{ $root.Values.tls.existingSecret }}
             defaultMode: 0440
+        {{- end }}
+        {{- if $root.Values.auth.existingSecret }}
+        - name: auth
+          secret:
+            secretName: {{ $root.Values.auth.existingSecret }}
+            defaultMode: 0440
+            items:
+              {{- include "fabrictwin.authItems" (dict "root" $root "readOnly" true) | nindent 14 }}
         {{- end }}
       {{- if and (eq $component "simulator") $values.spreadOverNodes }}
       topologySpreadConstraints:
