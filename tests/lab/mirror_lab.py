@@ -226,8 +226,12 @@ def run_mirror_lab(lab: LeafSpineLab, stack: Stack, workdir: pathlib.Path) -> It
             SOURCE, ports=["group:uplinks"], start_ns=heart[0], end_ns=heart[1]
         )
         pinning = [f for f in diagnosis.findings if f.kind == 1]  # FINDING_KIND_ECMP_PINNING
+        measured = client.telemetry.top_links(
+            SOURCE, "utilisation", ports=list(UPLINKS), start_ns=heart[0], end_ns=heart[1], aggregation="avg"
+        )
         yield {
             "step": "diagnose",
+            "uplink_utilisation": {value.port: value.value for value in measured},
             "skew": [
                 {"max_over_mean": p.max_over_mean, "share_hot": p.share_hot, "share_idle": p.share_idle}
                 for p in skew

@@ -72,8 +72,11 @@ def test_the_replay_as_observed_matches_the_measured_uplinks_and_spray_spreads_t
     assert found["max_relative_error"] < 0.05
     rows = {row["label"]: row for row in found["comparison"]}
     assert rows["AS_OBSERVED"]["busiest_port"] == "leaf0/p3" and rows["AS_OBSERVED"]["idle_ports"] == 1
-    # The flows replayed at the rate they ran: the pinned uplink as hot as the counters said.
-    assert rows["AS_OBSERVED"]["busiest_utilisation"] == pytest.approx(2 * FLOW_MBIT / LINK_MBIT, rel=0.05)
+    # The flows replayed at the rate they ran: the pinned uplink as hot as the counters said it was
+    # (the senders aim at 2 x 43 Mb/s of 100; a loaded machine paces them a little slower).
+    measured = steps["diagnose"]["uplink_utilisation"]["leaf0/p3"]
+    assert rows["AS_OBSERVED"]["busiest_utilisation"] == pytest.approx(measured, rel=0.05)
+    assert measured == pytest.approx(2 * FLOW_MBIT / LINK_MBIT, rel=0.1)
     spray = found["uplink_bytes_by_mode"]["SPRAY"]
     assert spray["leaf0/p3"] == pytest.approx(spray["leaf0/p4"], rel=0.01)
     assert rows["SPRAY"]["busiest_utilisation"] < rows["AS_OBSERVED"]["busiest_utilisation"] * 0.6
