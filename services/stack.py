@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 
@@ -141,8 +142,38 @@ def running_stack(data_dir: str | os.PathLike[str], **kwargs) -> Iterator[Stack]
         stack.stop()
 
 
+class _StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM for `make run`: remembered, never raised.
+
+    A KeyboardInterrupt raised wherever the main thread happens to be cuts short whatever it was
+    doing: the start of a service (which is then left running), a gRPC call of the demo, or the
+    stop itself (a traceback, services not waited for). Instead the handler only records the
+    signal and wakes the main thread, which then stops the services in order; a second Ctrl-C
+    while they stop changes nothing (each one gets `Stack.stop`'s bounded wait, then SIGKILL).
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.wake = threading.Event()  # a stop signal, or the demo thread finished
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        self.wake.set()
+
+    def wait(self) -> None:
+        # Short waits: the handler runs between them even where a long wait would not be woken.
+        while not self.wake.wait(0.2):
+            pass
+        self.wake.clear()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`make run`: start the stack on the default ports, run the demo, serve until Ctrl-C."""
+    """`make run`: start the stack on the default ports, run the demo, serve until Ctrl-C.
+
+    Ctrl-C or SIGTERM at any moment stops the services cleanly: exit 0 once serving after the
+    demo, 128 + the signal (130 for Ctrl-C) when it interrupted the start or the demo.
+    """
     import argparse
 
     from fabrictwin.client import Client
@@ -156,29 +187,56 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-demo", action="store_true", help="only start the services")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop the services after the demo")
+    parser.add_argument(
+        "--free-ports", action="store_true", help="any free ports instead of 50051-50054 (the system tests)"
+    )
     args = parser.parse_args(argv)
 
-    stack = start_stack(args.data_dir, ports=DEFAULT_PORTS)
-    try:
-        stack.wait_serving()
-        for name in SERVICES:
-            print(f"{name:<13} SERVING on {stack.address(name)}  (log: {stack.log_path(name)})", flush=True)
-        if not args.no_demo:
-            print("\nrunning the demo scenario through the SDK ...\n", flush=True)
-            with Client(**{name: stack.address(name) for name in SERVICES}) as client:
-                run_demo(client, args.data_dir)
-        if not args.exit_after_demo:
-            print("\nserving; press Ctrl-C to stop", flush=True)
-            stop_signals = {signal.SIGINT, signal.SIGTERM}
-            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # children started already
-            signal.sigwait(stop_signals)
-    except KeyboardInterrupt:
-        pass
-    finally:
+    signals = _StopSignals()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signals)
+    stack = start_stack(args.data_dir, ports=None if args.free_ports else DEFAULT_PORTS)
+    failures: list[Exception] = []
+    finished = threading.Event()
+
+    def say(text: str) -> None:
+        if signals.received is None:  # once stopping, the demo's last words are noise
+            print(text, flush=True)
+
+    def start_and_demo() -> None:
+        try:
+            stack.wait_serving()
+            for name in SERVICES:
+                say(f"{name:<13} SERVING on {stack.address(name)}  (log: {stack.log_path(name)})")
+            if not args.no_demo:
+                say("\nrunning the demo scenario through the SDK ...\n")
+                with Client(**{name: stack.address(name) for name in SERVICES}) as client:
+                    run_demo(client, args.data_dir, say=say)
+        except Exception as exc:  # raised again below, unless a stop signal caused it
+            failures.append(exc)
+        finally:
+            finished.set()
+            signals.wake.set()
+
+    # The demo runs beside the main thread, which only waits for it or for a stop signal.
+    demo = threading.Thread(target=start_and_demo, name="demo", daemon=True)
+    demo.start()
+    signals.wait()
+    if signals.received is None and not failures and not args.exit_after_demo:
+        print("\nserving; press Ctrl-C to stop", flush=True)
+        signals.wait()
+    interrupted = signals.received is not None and not finished.is_set()
+    if signals.received is not None:
+        name = "Ctrl-C" if signals.received == signal.SIGINT else signal.Signals(signals.received).name
+        print(f"\n{name}: stopping the services ...", flush=True)
+    else:
         print("\nstopping ...", flush=True)
-        codes = stack.stop()
-        print("stopped: " + ", ".join(f"{name} exit {code}" for name, code in codes.items()), flush=True)
-    return 0
+    codes = stack.stop()
+    print("stopped: " + ", ".join(f"{name} exit {code}" for name, code in codes.items()), flush=True)
+    demo.join(5)  # its calls fail fast once the services are gone; it is a daemon in any case
+    if failures and signals.received is None:
+        raise failures[0]
+    return 128 + signals.received if interrupted and signals.received is not None else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,15 @@
-"""`python -m services.orchestrator`: the ScenarioService server."""
+"""`python -m services.orchestrator`: the ScenarioService server.
+
+Its own flag (also FABRICTWIN_<NAME>):
+
+- --max-simulations-per-run: sweep points x modes one run may start; a scenario above it is
+  RESOURCE_EXHAUSTED at CreateScenario, UpdateScenario and RunScenario (default 10,000; 0: no limit).
+"""
 
 from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
 
 from fabrictwin.v1 import scenario_pb2_grpc
 
@@ -9,10 +18,18 @@ from services.common.db import make_engine
 from services.common.peers import peer_auth
 from services.common.server import ServiceDefinition, run_service
 from services.orchestrator.peers import GrpcSimulators, GrpcTelemetry, GrpcTopology
+from services.orchestrator.scenarios import DEFAULT_MAX_SIMULATIONS_PER_RUN
 from services.orchestrator.servicer import ScenarioServicer
 from services.orchestrator.store import ScenarioStore
 
+__all__ = ["SERVICE_NAME", "build", "extra_flags", "main"]
+
 SERVICE_NAME = "fabrictwin.v1.ScenarioService"
+
+
+def extra_flags(parser: argparse.ArgumentParser) -> None:
+    """The orchestrator's own flags (see the module docstring)."""
+    parser.add_argument("--max-simulations-per-run", type=int, default=DEFAULT_MAX_SIMULATIONS_PER_RUN)
 
 
 async def build(config: ServiceConfig):
@@ -23,7 +40,8 @@ async def build(config: ServiceConfig):
     addresses = [a.strip() for a in config.simulator_addresses.split(",") if a.strip()]
     simulators = GrpcSimulators(addresses, auth)
     telemetry = GrpcTelemetry(config.telemetry_address, auth)
-    servicer = ScenarioServicer(ScenarioStore(engine), topology, simulators, telemetry)
+    max_simulations = int(config.extra.get("max_simulations_per_run", DEFAULT_MAX_SIMULATIONS_PER_RUN))
+    servicer = ScenarioServicer(ScenarioStore(engine), topology, simulators, telemetry, max_simulations)
     await servicer.recover()
 
     async def cleanup() -> None:
@@ -39,5 +57,10 @@ async def build(config: ServiceConfig):
     return [definition], cleanup
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C."""
+    run_service("orchestrator", build, argv, extra_flags)
+
+
 if __name__ == "__main__":
-    run_service("orchestrator", build)
+    main()

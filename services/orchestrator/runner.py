@@ -1,10 +1,12 @@
 """Executes a scenario run: one simulation per mode and sweep point, spread over simulator replicas.
 
 Free of gRPC: it talks to the other services through the Protocols in `peers.py`. A run's progress
-is the fraction of its simulations that have finished; every change is saved and announced to
-watchers through `on_change`. A simulation whose replica went away (`SimulatorLost`) is started
-again on one that answers, at most `reruns` times: a simulation is deterministic, so the re-run's
-result is the one the lost run would have given. A mode fails only when no replica can take it.
+is the fraction of its simulations that have finished; every change goes to a `RunRecord` (saved,
+then announced to watchers): the whole run at its start and end, one result as its simulation
+starts or ends, so a change costs the size of one result, not of the run. A simulation whose
+replica went away (`SimulatorLost`) is started again on one that answers, at most `reruns` times:
+a simulation is deterministic, so the re-run's result is the one the lost run would have given. A
+mode fails only when no replica can take it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
 
@@ -20,11 +23,21 @@ from services.common.errors import FabricTwinError, Unavailable, status_code_num
 from services.orchestrator.peers import SimulatorLost, SimulatorPeer, TelemetryPeer
 from services.orchestrator.scenarios import PlannedSimulation
 
-__all__ = ["execute_run"]
+__all__ = ["RunRecord", "execute_run"]
 
 log = logging.getLogger("fabrictwin.orchestrator")
 
 _TERMINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
+
+
+class RunRecord(Protocol):
+    """Where a run's changes go: saved, then announced to its watchers."""
+
+    async def run_changed(self, run: scenario_pb2.Run) -> None:
+        """The run as a whole, its own fields and every result: at its start and its end."""
+
+    async def result_changed(self, run: scenario_pb2.Run, position: int) -> None:
+        """`run.results[position]` alone, as its simulation starts or ends."""
 
 
 def _fill_result(result: scenario_pb2.ModeResult, simulation: simulation_pb2.Simulation) -> None:
@@ -93,7 +106,7 @@ async def execute_run(
     planned: list[PlannedSimulation],
     simulators: SimulatorPeer,
     telemetry: TelemetryPeer | None,
-    on_change: Callable[[scenario_pb2.Run], Awaitable[None]],
+    record: RunRecord,
     *,
     store_telemetry: bool = False,
     parallelism: int = 8,
@@ -114,15 +127,20 @@ async def execute_run(
             source_id = f"{run.name.rsplit('/', 1)[-1]}-{i}"
             result.telemetry_source = f"sources/{source_id}"
             p.spec.telemetry_source = source_id
-    await on_change(run)
+    await record.run_changed(run)
 
-    lock = asyncio.Lock()
+    lock = asyncio.Lock()  # one write at a time, in the order the changes happened
+    finished: set[int] = set()  # positions of terminal results: counted, not summed per change
 
-    async def changed() -> None:
-        async with lock:
-            done = sum(r.state in _TERMINAL for r in run.results)
-            run.progress.fraction = done / max(1, len(run.results))
-            await on_change(run)
+    def changed_for(position: int) -> Callable[[], Awaitable[None]]:
+        async def changed() -> None:
+            async with lock:
+                if run.results[position].state in _TERMINAL:
+                    finished.add(position)
+                    run.progress.fraction = len(finished) / len(run.results)
+                await record.result_changed(run, position)
+
+        return changed
 
     if store_telemetry and telemetry is not None:
         for p, result in zip(planned, run.results, strict=True):
@@ -137,11 +155,11 @@ async def execute_run(
 
     gate = asyncio.Semaphore(max(1, parallelism))
 
-    async def gated(p: PlannedSimulation, r: scenario_pb2.ModeResult) -> None:
+    async def gated(position: int, p: PlannedSimulation) -> None:
         async with gate:
-            await _one(p, r, simulators, changed, reruns)
+            await _one(p, run.results[position], simulators, changed_for(position), reruns)
 
-    await asyncio.gather(*(gated(p, r) for p, r in zip(planned, run.results, strict=True)))
+    await asyncio.gather(*(gated(i, p) for i, p in enumerate(planned)))
     failed = [r for r in run.results if r.state != common_pb2.JOB_STATE_SUCCEEDED]
     if failed:
         # No silent partial result: one failed mode fails the run; each mode keeps its own state
@@ -157,6 +175,6 @@ async def execute_run(
     run.progress.fraction = 1.0
     run.progress.stage = "done"
     run.end_time.FromDatetime(dt.datetime.now(dt.UTC))
-    await on_change(run)
+    await record.run_changed(run)
     log.info("run finished", extra={"run": run.name, "state": common_pb2.JobState.Name(run.state)})
     return run

@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2
 from google.protobuf import descriptor
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, ResourceExhausted
 
-__all__ = ["PlannedSimulation", "expand", "mode_label", "validate_scenario"]
+__all__ = [
+    "DEFAULT_MAX_SIMULATIONS_PER_RUN",
+    "PlannedSimulation",
+    "check_run_size",
+    "expand",
+    "mode_label",
+    "simulation_count",
+    "validate_scenario",
+]
+
+# Simulations one run may start (--max-simulations-per-run; 0: no limit). A run keeps one result per
+# simulation in memory and in its record, and every simulation is a call to a simulator replica:
+# 10,000 is hours of simulator time and a record of a few megabytes.
+DEFAULT_MAX_SIMULATIONS_PER_RUN = 10_000
 
 _MODE_NAMES = {
     common_pb2.LOAD_BALANCING_MODE_ECMP: "ECMP",
@@ -37,6 +51,34 @@ class PlannedSimulation:
     label: str
     sweep_point: dict[str, str]
     spec: simulation_pb2.SimulationSpec
+
+
+def simulation_count(scenario: scenario_pb2.Scenario) -> int:
+    """Simulations a run of the scenario starts: sweep points (the product of the sweeps' lengths)
+    times modes, computed from the lengths alone.
+
+    >>> seeds = scenario_pb2.Sweep(parameter="seed", values=["1", "2", "3"])
+    >>> simulation_count(scenario_pb2.Scenario(modes=[common_pb2.LoadBalancing()] * 2, sweeps=[seeds]))
+    6
+    """
+    return math.prod(len(sweep.values) for sweep in scenario.sweeps) * len(scenario.modes)
+
+
+def check_run_size(scenario: scenario_pb2.Scenario, max_simulations: int, field: str = "scenario") -> None:
+    """ResourceExhausted when a run would start more than `max_simulations` simulations (0: no limit)."""
+    if max_simulations <= 0:
+        return
+    count = simulation_count(scenario)
+    if count <= max_simulations:
+        return
+    points = " x ".join(f"{len(sweep.values):,}" for sweep in scenario.sweeps) or "1"
+    modes = len(scenario.modes)
+    raise ResourceExhausted(
+        f"{field}.sweeps: a run would start {count:,} simulations ({points} sweep point"
+        f"{'s' if count != modes else ''} x {modes} "
+        f"mode{'s' if modes != 1 else ''}), above this orchestrator's limit of {max_simulations:,} "
+        "simulations per run (--max-simulations-per-run); sweep fewer values or split the scenario"
+    )
 
 
 def validate_scenario(scenario: scenario_pb2.Scenario, field: str = "scenario") -> None:
@@ -94,8 +136,14 @@ def _base_spec(scenario: scenario_pb2.Scenario) -> simulation_pb2.SimulationSpec
     return spec
 
 
-def expand(scenario: scenario_pb2.Scenario) -> list[PlannedSimulation]:
-    """Every (sweep point, mode) pair as a SimulationSpec, sweep points outermost."""
+def expand(
+    scenario: scenario_pb2.Scenario, max_simulations: int = DEFAULT_MAX_SIMULATIONS_PER_RUN
+) -> list[PlannedSimulation]:
+    """Every (sweep point, mode) pair as a SimulationSpec, sweep points outermost.
+
+    A run above `max_simulations` (0: no limit) is refused before any spec is built.
+    """
+    check_run_size(scenario, max_simulations)
     validate_scenario(scenario)
     axes = [[(s.parameter, v) for v in s.values] for s in scenario.sweeps]
     planned: list[PlannedSimulation] = []

@@ -20,7 +20,12 @@ from services.common.resources import (
 from services.orchestrator import comparison, diagnosis
 from services.orchestrator.peers import SimulatorPeer, TelemetryPeer, TopologyPeer
 from services.orchestrator.runner import execute_run
-from services.orchestrator.scenarios import expand, validate_scenario
+from services.orchestrator.scenarios import (
+    DEFAULT_MAX_SIMULATIONS_PER_RUN,
+    check_run_size,
+    expand,
+    validate_scenario,
+)
 from services.orchestrator.store import ScenarioStore
 
 __all__ = ["ScenarioServicer"]
@@ -46,6 +51,27 @@ _UPDATABLE = {
 }
 
 
+class _StoredRun:
+    """A run's changes saved in the store, then announced to WatchRun callers (a RunRecord)."""
+
+    def __init__(self, store: ScenarioStore, run_id: str, changed: asyncio.Condition) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.changed = changed
+
+    async def run_changed(self, run: scenario_pb2.Run) -> None:
+        await asyncio.to_thread(self.store.save_run, self.run_id, run)
+        await self._announce()
+
+    async def result_changed(self, run: scenario_pb2.Run, position: int) -> None:
+        await asyncio.to_thread(self.store.save_result, self.run_id, position, run.results[position])
+        await self._announce()
+
+    async def _announce(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+
 class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
     def __init__(
         self,
@@ -53,8 +79,10 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         topology: TopologyPeer,
         simulators: SimulatorPeer,
         telemetry: TelemetryPeer,
+        max_simulations_per_run: int = DEFAULT_MAX_SIMULATIONS_PER_RUN,
     ) -> None:
         self.store = store
+        self.max_simulations_per_run = max_simulations_per_run
         self.topology = topology
         self.simulators = simulators
         self.telemetry = telemetry
@@ -82,6 +110,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         scenario = scenario_pb2.Scenario()
         scenario.CopyFrom(request.scenario)
         validate_scenario(scenario)
+        check_run_size(scenario, self.max_simulations_per_run)
         await self.topology.get_fabric(scenario.fabric)
         return await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
 
@@ -115,6 +144,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
             request.scenario, updated, replace_message_field=True, replace_repeated_field=True
         )
         validate_scenario(updated)
+        check_run_size(updated, self.max_simulations_per_run)
         if updated.fabric != current.fabric:
             await self.topology.get_fabric(updated.fabric)
         await asyncio.to_thread(self.store.update_scenario, ids["scenario"], updated)
@@ -131,8 +161,10 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         ids = parse_name(request.scenario, "scenarios/{scenario}", "scenario")
         run_id = validate_id(request.run_id, "run_id") if request.run_id else new_id("run")
         scenario = await asyncio.to_thread(self.store.get_scenario, ids["scenario"])
+        # The limit may have been lowered since the scenario was stored: refuse before any work.
+        check_run_size(scenario, self.max_simulations_per_run)
         await self.topology.get_fabric(scenario.fabric)
-        planned = expand(scenario)
+        planned = await asyncio.to_thread(expand, scenario, self.max_simulations_per_run)
         run = scenario_pb2.Run(
             name=f"{scenario.name}/runs/{run_id}",
             state=common_pb2.JOB_STATE_PENDING,
@@ -143,18 +175,14 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         snapshot = scenario_pb2.Run()
         snapshot.CopyFrom(run)
 
-        async def on_change(current: scenario_pb2.Run) -> None:
-            await asyncio.to_thread(self.store.save_run, run_id, current)
-            async with self._changed:
-                self._changed.notify_all()
-
+        record = _StoredRun(self.store, run_id, self._changed)
         task = asyncio.create_task(
             execute_run(
                 run,
                 planned,
                 self.simulators,
                 self.telemetry,
-                on_change,
+                record,
                 store_telemetry=scenario.store_telemetry,
             )
         )

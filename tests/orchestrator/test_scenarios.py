@@ -1,8 +1,16 @@
+import time
+
 import pytest
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2
 
-from services.common.errors import InvalidArgument
-from services.orchestrator.scenarios import expand, validate_scenario
+from services.common.errors import InvalidArgument, ResourceExhausted
+from services.orchestrator.scenarios import (
+    DEFAULT_MAX_SIMULATIONS_PER_RUN,
+    check_run_size,
+    expand,
+    simulation_count,
+    validate_scenario,
+)
 
 ECMP = common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ECMP)
 ADAPTIVE = common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ADAPTIVE)
@@ -79,3 +87,40 @@ def test_a_job_without_a_size_is_rejected():
     bad = scenario(jobs=[simulation_pb2.Job(collective=simulation_pb2.COLLECTIVE_ALL_REDUCE, rank_count=8)])
     with pytest.raises(InvalidArgument, match=r"scenario\.jobs\[0\]\.size_bytes"):
         validate_scenario(bad)
+
+
+def test_a_run_is_counted_as_sweep_points_times_modes_without_expanding_it():
+    axis = [str(v) for v in range(1, 1001)]
+    s = scenario(
+        sweeps=[scenario_pb2.Sweep(parameter=p, values=axis) for p in ("seed", "mtu_bytes", "buffer_bytes")]
+    )
+    started = time.perf_counter()
+    assert simulation_count(s) == 1000 * 1000 * 1000 * 2
+    assert time.perf_counter() - started < 0.1
+
+
+def test_a_sweep_above_the_limit_is_refused_naming_the_count_and_the_limit():
+    axis = [str(v) for v in range(1, 1001)]
+    s = scenario(sweeps=[scenario_pb2.Sweep(parameter="seed", values=axis)] * 2)
+    with pytest.raises(ResourceExhausted) as refused:
+        check_run_size(s, DEFAULT_MAX_SIMULATIONS_PER_RUN)
+    assert "2,000,000 simulations" in str(refused.value)
+    assert "10,000" in str(refused.value)
+    assert "--max-simulations-per-run" in str(refused.value)
+
+
+def test_expand_refuses_a_run_above_the_limit_before_building_any_spec():
+    axis = [str(v) for v in range(1, 1001)]
+    s = scenario(sweeps=[scenario_pb2.Sweep(parameter="seed", values=axis)] * 3)
+    started = time.perf_counter()
+    with pytest.raises(ResourceExhausted):
+        expand(s, max_simulations=DEFAULT_MAX_SIMULATIONS_PER_RUN)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_run_at_the_limit_is_admitted_and_a_limit_of_zero_admits_any_size():
+    s = scenario(sweeps=[scenario_pb2.Sweep(parameter="seed", values=["1", "2"])])
+    check_run_size(s, 4)
+    with pytest.raises(ResourceExhausted):
+        check_run_size(s, 3)
+    check_run_size(scenario(sweeps=[scenario_pb2.Sweep(parameter="seed", values=["1"] * 10_000)] * 3), 0)

@@ -175,7 +175,9 @@ class Scenario(_message.Message):
 
     @_builtins.property
     def sweeps(self) -> _containers.RepeatedCompositeFieldContainer[Global___Sweep]:
-        """Sweeps (cartesian product)."""
+        """Sweeps (cartesian product). A run starts (product of the sweeps' value counts) x (modes)
+        simulations, at most the orchestrator's --max-simulations-per-run (default 10,000).
+        """
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:

@@ -99,7 +99,8 @@ class ScenarioServiceServicer:
     """
 
     def CreateScenario(self, request, context):
-        """Creates a scenario.
+        """Creates a scenario. RESOURCE_EXHAUSTED when a run of it would start more simulations (sweep
+        points x modes) than the orchestrator's --max-simulations-per-run (default 10,000).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,7 +121,7 @@ class ScenarioServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateScenario(self, request, context):
-        """Updates a scenario (field mask).
+        """Updates a scenario (field mask); RESOURCE_EXHAUSTED as CreateScenario for too large a sweep.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,7 +136,8 @@ class ScenarioServiceServicer:
 
     def RunScenario(self, request, context):
         """Starts a run of a scenario: one simulation per mode (and sweep point). Returns at once with
-        the run in JOB_STATE_PENDING; Get/Watch report progress.
+        the run in JOB_STATE_PENDING; Get/Watch report progress. RESOURCE_EXHAUSTED, before any
+        simulation starts, when the run would start more than --max-simulations-per-run simulations.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

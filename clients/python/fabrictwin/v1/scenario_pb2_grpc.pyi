@@ -36,18 +36,21 @@ class ScenarioServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ScenarioServiceAsyncStub: ...
     CreateScenario: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.CreateScenarioRequest, _scenario_pb2.Scenario]
-    """Creates a scenario."""
+    """Creates a scenario. RESOURCE_EXHAUSTED when a run of it would start more simulations (sweep
+    points x modes) than the orchestrator's --max-simulations-per-run (default 10,000).
+    """
     GetScenario: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.GetScenarioRequest, _scenario_pb2.Scenario]
     """Gets a scenario."""
     ListScenarios: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.ListScenariosRequest, _scenario_pb2.ListScenariosResponse]
     """Lists scenarios, paged."""
     UpdateScenario: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.UpdateScenarioRequest, _scenario_pb2.Scenario]
-    """Updates a scenario (field mask)."""
+    """Updates a scenario (field mask); RESOURCE_EXHAUSTED as CreateScenario for too large a sweep."""
     DeleteScenario: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.DeleteScenarioRequest, _scenario_pb2.DeleteScenarioResponse]
     """Deletes a scenario and its runs."""
     RunScenario: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.RunScenarioRequest, _scenario_pb2.Run]
     """Starts a run of a scenario: one simulation per mode (and sweep point). Returns at once with
-    the run in JOB_STATE_PENDING; Get/Watch report progress.
+    the run in JOB_STATE_PENDING; Get/Watch report progress. RESOURCE_EXHAUSTED, before any
+    simulation starts, when the run would start more than --max-simulations-per-run simulations.
     """
     GetRun: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.GetRunRequest, _scenario_pb2.Run]
     """Gets a run."""
@@ -68,18 +71,21 @@ class ScenarioServiceAsyncStub(ScenarioServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateScenario: _aio.UnaryUnaryMultiCallable[_scenario_pb2.CreateScenarioRequest, _scenario_pb2.Scenario]  # type: ignore[assignment]
-    """Creates a scenario."""
+    """Creates a scenario. RESOURCE_EXHAUSTED when a run of it would start more simulations (sweep
+    points x modes) than the orchestrator's --max-simulations-per-run (default 10,000).
+    """
     GetScenario: _aio.UnaryUnaryMultiCallable[_scenario_pb2.GetScenarioRequest, _scenario_pb2.Scenario]  # type: ignore[assignment]
     """Gets a scenario."""
     ListScenarios: _aio.UnaryUnaryMultiCallable[_scenario_pb2.ListScenariosRequest, _scenario_pb2.ListScenariosResponse]  # type: ignore[assignment]
     """Lists scenarios, paged."""
     UpdateScenario: _aio.UnaryUnaryMultiCallable[_scenario_pb2.UpdateScenarioRequest, _scenario_pb2.Scenario]  # type: ignore[assignment]
-    """Updates a scenario (field mask)."""
+    """Updates a scenario (field mask); RESOURCE_EXHAUSTED as CreateScenario for too large a sweep."""
     DeleteScenario: _aio.UnaryUnaryMultiCallable[_scenario_pb2.DeleteScenarioRequest, _scenario_pb2.DeleteScenarioResponse]  # type: ignore[assignment]
     """Deletes a scenario and its runs."""
     RunScenario: _aio.UnaryUnaryMultiCallable[_scenario_pb2.RunScenarioRequest, _scenario_pb2.Run]  # type: ignore[assignment]
     """Starts a run of a scenario: one simulation per mode (and sweep point). Returns at once with
-    the run in JOB_STATE_PENDING; Get/Watch report progress.
+    the run in JOB_STATE_PENDING; Get/Watch report progress. RESOURCE_EXHAUSTED, before any
+    simulation starts, when the run would start more than --max-simulations-per-run simulations.
     """
     GetRun: _aio.UnaryUnaryMultiCallable[_scenario_pb2.GetRunRequest, _scenario_pb2.Run]  # type: ignore[assignment]
     """Gets a run."""
@@ -103,7 +109,9 @@ class ScenarioServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scenario_pb2.CreateScenarioRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scenario_pb2.Scenario, _abc.Awaitable[_scenario_pb2.Scenario]]:
-        """Creates a scenario."""
+        """Creates a scenario. RESOURCE_EXHAUSTED when a run of it would start more simulations (sweep
+        points x modes) than the orchestrator's --max-simulations-per-run (default 10,000).
+        """
 
     @_abc_1.abstractmethod
     def GetScenario(
@@ -127,7 +135,7 @@ class ScenarioServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _scenario_pb2.UpdateScenarioRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_scenario_pb2.Scenario, _abc.Awaitable[_scenario_pb2.Scenario]]:
-        """Updates a scenario (field mask)."""
+        """Updates a scenario (field mask); RESOURCE_EXHAUSTED as CreateScenario for too large a sweep."""
 
     @_abc_1.abstractmethod
     def DeleteScenario(
@@ -144,7 +152,8 @@ class ScenarioServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_scenario_pb2.Run, _abc.Awaitable[_scenario_pb2.Run]]:
         """Starts a run of a scenario: one simulation per mode (and sweep point). Returns at once with
-        the run in JOB_STATE_PENDING; Get/Watch report progress.
+        the run in JOB_STATE_PENDING; Get/Watch report progress. RESOURCE_EXHAUSTED, before any
+        simulation starts, when the run would start more than --max-simulations-per-run simulations.
         """
 
     @_abc_1.abstractmethod
