@@ -128,13 +128,6 @@ def test_perfquery_reads_or_refuses(text: str, time_ns: int, nodes: dict, link_g
 PERFQUERY_ONE_PORT = "# Port counters: Lid 3 port 1 (CapMask: 0x5A00)\nPortXmitData:......40\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="bug: perfquery.parse formats port_name without catching KeyError/IndexError/ValueError "
-    "(prometheus.parse refuses a bad template with InvalidArgumentError); the CLI's --port-name help "
-    "offers {device}, which perfquery does not fill",
-)
 def test_perfquery_refuses_a_port_name_template_it_cannot_fill() -> None:
     with pytest.raises(InvalidArgumentError):
         perfquery.parse(PERFQUERY_ONE_PORT, 0, port_name="{device}")

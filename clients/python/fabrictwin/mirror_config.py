@@ -114,8 +114,12 @@ def _text(table: Mapping[str, Any], key: str, where: str, default: str = "") -> 
 
 def _positive(table: Mapping[str, Any], key: str, where: str, default: float, *, zero: bool = False) -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgumentError(f"{where}{key}: must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{where}{key}: must be a number, got {str(value)[:200]!r}")
+    if isinstance(value, int) and abs(value) > 10**15:  # beyond any float's exact range: refuse first
+        raise InvalidArgumentError(f"{where}{key}: {str(value)[:50]}... is out of range")
+    if not math.isfinite(value):
+        raise InvalidArgumentError(f"{where}{key}: must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not zero):
         raise InvalidArgumentError(f"{where}{key}: must be {'>= 0' if zero else '> 0'}, got {value}")
     if value > 86_400 and key.endswith("_s"):
@@ -199,8 +203,8 @@ def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConf
     """The configuration in `text` (TOML); InvalidArgumentError names the key or line that is wrong."""
     try:
         table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgumentError(f"{where}: not TOML: {exc}") from None
+    except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer of 4,300+ digits
+        raise InvalidArgumentError(f"{where}: not TOML: {str(exc)[:200]}") from None
     _unknown(table, _TOP, "")
     fabric, source = _text(table, "fabric", ""), _text(table, "source", "")
     if not fabric:

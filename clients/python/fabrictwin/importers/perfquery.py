@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import FormatError, PortReading
 
 __all__ = ["BASIC_COUNTERS", "EXTENDED_COUNTERS", "parse"]
@@ -56,7 +57,13 @@ _ALL_PORTS = 255
 
 def _port_name(template: str, lid: int, port: int, nodes: Mapping[int, str], node: str) -> str:
     name = nodes.get(lid) or node or f"lid-{lid}"
-    return template.format(node=name, lid=lid, port=port)
+    try:
+        return template.format(node=name, lid=lid, port=port)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise InvalidArgumentError(
+            f"port_name: {template[:200]!r} is not a template over {{node}}, {{lid}} and {{port}} "
+            f"({exc!r:.80})"
+        ) from None
 
 
 def parse(
