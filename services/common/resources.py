@@ -6,7 +6,7 @@ import base64
 import re
 import secrets
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -33,7 +33,8 @@ def validate_id(value: str, field: str) -> str:
     if not _ID.fullmatch(value):  # fullmatch: `$` would let a trailing newline through
         raise InvalidArgument(
             field,
-            f"{value!r} is not a valid id (lower-case letters, digits and '-', start with a letter, <= 63)",
+            f"{quote(value)} is not a valid id (lower-case letters, digits and '-', start with a letter, "
+            "<= 63)",
         )
     return value
 
@@ -43,15 +44,15 @@ def parse_name(name: str, pattern: str, field: str = "name") -> dict[str, str]:
     parts = name.split("/") if name else []
     template = pattern.split("/")
     if len(parts) != len(template):
-        raise InvalidArgument(field, f"{name!r} is not a resource name of the form {pattern!r}")
+        raise InvalidArgument(field, f"{quote(name)} is not a resource name of the form {pattern!r}")
     values: dict[str, str] = {}
     for part, expected in zip(parts, template, strict=True):
         if expected.startswith("{"):
             if not part:
-                raise InvalidArgument(field, f"{name!r} has an empty {expected} segment")
+                raise InvalidArgument(field, f"{quote(name)} has an empty {expected} segment")
             values[expected[1:-1]] = part
         elif part != expected:
-            raise InvalidArgument(field, f"{name!r} is not a resource name of the form {pattern!r}")
+            raise InvalidArgument(field, f"{quote(name)} is not a resource name of the form {pattern!r}")
     return values
 
 

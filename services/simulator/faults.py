@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.common.snapshot import FabricSnapshot
 
 __all__ = [
@@ -119,4 +119,4 @@ def resolve_link(snapshot: FabricSnapshot, name: str, field: str) -> int:
     try:
         return snapshot.link_names.index(tail)
     except ValueError:
-        raise InvalidArgument(field, f"{name!r} is not a link of {snapshot.fabric}") from None
+        raise InvalidArgument(field, f"{quote(name)} is not a link of {snapshot.fabric}") from None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.common.snapshot import FabricSnapshot
 from services.simulator.placement import HostDirectory
 from services.simulator.spec import Collective, Fidelity, JobSpec, SimulationSpec
@@ -151,7 +151,7 @@ class PathResolver:
         unknown = np.flatnonzero(links < 0)
         if len(unknown):
             e = int(unknown[0])
-            raise InvalidArgument(where.name(e), f"{names[e]!r} is not a link of {s.fabric}")
+            raise InvalidArgument(where.name(e), f"{quote(names[e])} is not a link of {s.fabric}")
         a, b = s.link_a[links].astype(np.int64), s.link_b[links].astype(np.int64)
         source, destination = self._ends(field, job, flows)
         # The node each link is entered from: the flow's source for its first link, else the end it

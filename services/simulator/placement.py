@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.common.snapshot import FabricSnapshot
 from services.simulator.spec import JobSpec, Placement
 
@@ -41,7 +41,7 @@ class HostDirectory:
         """Host index of `name`; InvalidArgument naming the field and the host if there is none."""
         host = self.index.get(name)
         if host is None:
-            raise InvalidArgument(field, f"no host named {name!r} in {self.snapshot.fabric}")
+            raise InvalidArgument(field, f"no host named {quote(name)} in {self.snapshot.fabric}")
         return host
 
 

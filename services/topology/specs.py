@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.cabling import DEFAULT_LINK_LATENCY_NS, DEFAULT_LINK_SPEED_GBPS
 from services.topology.fabric import Fabric
 from services.topology.generators import build_fat_tree, build_leaf_spine
@@ -32,12 +32,14 @@ _COMMON = ("link_speed_gbps", "link_latency_ns", "host_link_speed_gbps")
 def _number(spec: Mapping[str, Any], key: str, field: str, kind: type) -> Any:
     """A spec value as `kind`; int64 fields arrive as strings from MessageToDict."""
     value = spec.get(key, 0)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        raise InvalidArgument(field, "must be a number below 10^18")  # repr of 4,300+ digits would fail
     try:
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, str) and len(value) > 40):
             raise ValueError
         return kind(value) if kind is float else int(str(value))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(field, f"must be a number, got {value!r}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(field, f"must be a number, got {quote(value)}") from exc
 
 
 def normalise_spec(spec: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ PARAMETERS = {
 COMMON = ("link_speed_gbps", "link_latency_ns", "host_link_speed_gbps")
 SUPERPOD = PARAMETERS["superpod"]
 
-# Values whose repr is longer than this are left to the xfail below (the message quotes them whole).
+# Values whose repr is longer than this are covered by test_a_huge_value_is_quoted_short below.
 SHORT_TOKENS = [token for token in NASTY_TOKENS if len(token) <= 200]
 SHORT_VALUES = JSON_VALUES.filter(lambda value: len(repr(value)) <= 200)
 _EDGES = [0, 1, 2, 3, 4, 8, -1, 2**31 - 1, 2**32, 2**63 - 1, -(2**63), 2**64, 10**6, 10**9]
@@ -118,13 +118,6 @@ def test_the_issue_s_oversized_specs_are_refused_with_the_default_limits(spec: d
     assert not builds_or_refuses(spec, DEFAULT_LIMITS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: specs._number quotes the whole value (`got {value!r}`), so a 100 KB value gives a "
-    "100 KB message (issue 11: quote at most ~200 characters). Through gRPC MessageToDict writes "
-    "int64 as short digit strings, so only core callers passing dicts reach it",
-)
 @pytest.mark.parametrize(
     "spec",
     [
@@ -138,12 +131,6 @@ def test_a_huge_value_is_quoted_short(spec: dict) -> None:
     builds_or_refuses(spec)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: specs._number formats `{value!r}` of an int of more than 4,300 digits inside its "
-    "error handler, which raises ValueError (Python's int-to-string limit) instead of InvalidArgument",
-)
 def test_an_integer_of_thousands_of_digits_is_refused() -> None:
     with pytest.raises(InvalidArgument):
         normalise_spec({"fat_tree": {"k": 10**5_000}})

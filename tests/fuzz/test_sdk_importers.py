@@ -211,12 +211,6 @@ BIG = "x" * 100_000
 LEAF_SPINE_RENAMED = [(BIG, LLDP_DOCUMENTS[0][1]), *LLDP_DOCUMENTS[1:]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: the SDK's perfquery, CSV and LLDP readers quote the whole offending token in their "
-    "message (a 100 KB token gives a ~100 KB message; issue 11 asks for at most ~200 characters)",
-)
 @pytest.mark.parametrize(
     "read",
     [

@@ -286,13 +286,6 @@ def _with(base: simulation_pb2.SimulationSpec, change) -> simulation_pb2.Simulat
     return spec
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: names in a spec are quoted whole in the error message (validate_id, parse_name, "
-    "placement.py 'no host named', faults.py and pinning.py 'is not a link'): a 100 KB name gives a "
-    "100 KB status message (issue 11: quote at most ~200 characters)",
-)
 @pytest.mark.parametrize(
     "spec",
     [

@@ -100,9 +100,10 @@ class LldpError(InvalidArgumentError):
     """A document that cannot be read, or documents that disagree; `field` names the document."""
 
     def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field}: {problem}")
+        # Names come from the documents: at most a few hundred characters of either in a message.
+        self.field = field if len(field) <= 300 else f"{field[:300]}..."
+        self.problem = problem if len(problem) <= 700 else f"{problem[:700]}..."
+        super().__init__(f"{self.field}: {self.problem}")
 
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024

@@ -36,7 +36,17 @@ Number = int | float
 
 
 class FormatError(InvalidArgumentError):
-    """Text that is not what its format says, naming the line (`metrics.txt:12: ...`)."""
+    """Text that is not what its format says, naming the line (`metrics.txt:12: ...`).
+
+    The message is cut to MAX_DETAILS characters: it names where the text is wrong and quotes a little
+    of it, never a whole 100 MB line."""
+
+    MAX_DETAILS = 1_000
+
+    def __init__(self, details: str, **kwargs: str) -> None:
+        if len(details) > self.MAX_DETAILS:
+            details = f"{details[: self.MAX_DETAILS]}... [{len(details) - self.MAX_DETAILS:,} characters cut]"
+        super().__init__(details, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
