@@ -30,7 +30,7 @@ from services.common.errors import (
     Unavailable,
 )
 
-__all__ = ["PeerAuth", "auth_metadata", "domain_error", "peer_auth", "peer_channel"]
+__all__ = ["PeerAuth", "auth_metadata", "domain_error", "peer_auth", "peer_channel", "read_setting_file"]
 
 _CHANNEL_OPTIONS = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -64,7 +64,8 @@ class PeerAuth:
         return grpc.ssl_channel_credentials(self.root_certificates, self.private_key, self.certificate_chain)
 
 
-def _read(path: str, flag: str) -> bytes:
+def read_setting_file(path: str, flag: str) -> bytes:
+    """The bytes of a file a setting names (a certificate, a key); OSError naming the flag."""
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -88,9 +89,9 @@ def peer_auth(config: ServiceConfig) -> PeerAuth:
         # One certificate per service serves both ends, as a service mesh's workload certificate does.
         cert, key, cert_flag, key_flag = config.tls_cert, config.tls_key, "--tls-cert", "--tls-key"
     # Read first (OSError names the flag), then check what was read is what it should be.
-    root_certificates = _read(config.peer_tls_ca, "--peer-tls-ca")
-    chain = _read(cert, cert_flag) if cert else None
-    private_key = _read(key, key_flag) if cert else None
+    root_certificates = read_setting_file(config.peer_tls_ca, "--peer-tls-ca")
+    chain = read_setting_file(cert, cert_flag) if cert else None
+    private_key = read_setting_file(key, key_flag) if cert else None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
         context.load_verify_locations(cafile=config.peer_tls_ca)

@@ -27,6 +27,7 @@ from services.common.config import ServiceConfig, load_config
 from services.common.interceptors import ErrorInterceptor
 from services.common.logs import configure_logging
 from services.common.metrics import MetricsHttp, MetricsInterceptor, RpcMetrics, start_metrics_http
+from services.common.peers import read_setting_file
 
 __all__ = [
     "HealthSetter",
@@ -120,14 +121,6 @@ class RunningServer:
                 await asyncio.to_thread(metrics_http.close)  # joins a thread: off the event loop
 
 
-def _read(path: str, flag: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise OSError(f"{flag} {path}: cannot read ({exc.strerror})") from exc
-
-
 def _check_tls_files(config: ServiceConfig) -> None:
     """Fail at start-up, naming the flags, rather than with grpc's "failed to bind" or at the first call."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -160,8 +153,10 @@ def server_credentials(config: ServiceConfig) -> grpc.ServerCredentials | None:
     if not (config.tls_cert and config.tls_key):
         missing = "--tls-key" if config.tls_cert else "--tls-cert"
         raise ValueError(f"TLS needs both --tls-cert and --tls-key; {missing} is not set")
-    pair = [(_read(config.tls_key, "--tls-key"), _read(config.tls_cert, "--tls-cert"))]
-    client_ca = _read(config.tls_client_ca, "--tls-client-ca") if config.tls_client_ca else None
+    pair = [
+        (read_setting_file(config.tls_key, "--tls-key"), read_setting_file(config.tls_cert, "--tls-cert"))
+    ]
+    client_ca = read_setting_file(config.tls_client_ca, "--tls-client-ca") if config.tls_client_ca else None
     _check_tls_files(config)
     if client_ca is not None:
         return grpc.ssl_server_credentials(pair, root_certificates=client_ca, require_client_auth=True)

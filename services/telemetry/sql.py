@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import struct
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -85,15 +86,19 @@ def _sqlite_insert(columns: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
 _STATE_KEYS = ("source_key", "port_id", "metric", "time_ns", "reading")
 
 
-@functools.lru_cache(maxsize=1)
-def _counter_state_upsert() -> tuple[str, tuple[str, ...]]:
-    """SQLite driver SQL of the counter-state upsert, and its positional parameters' order."""
-    insert = sqlite.insert(counter_state)
-    statement = insert.on_conflict_do_update(
+def _keep_newest_reading(insert: Any) -> Any:
+    """The counter-state INSERT (SQLite's or PostgreSQL's) as an upsert that keeps the newer reading."""
+    return insert.on_conflict_do_update(
         index_elements=["source_key", "port_id", "metric"],
         set_={"time_ns": insert.excluded.time_ns, "reading": insert.excluded.reading},
         where=insert.excluded.time_ns > counter_state.c.time_ns,  # never move a counter back in time
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _counter_state_upsert() -> tuple[str, tuple[str, ...]]:
+    """SQLite driver SQL of the counter-state upsert, and its positional parameters' order."""
+    statement = _keep_newest_reading(sqlite.insert(counter_state))
     compiled = statement.compile(dialect=sqlite.pysqlite.dialect(), column_keys=list(_STATE_KEYS))
     return compiled.string, tuple(compiled.positiontup or ())
 
@@ -173,12 +178,7 @@ def _upsert_state_by_staging(
         staged.reading,
     )
     insert = postgresql.insert(counter_state).from_select(list(_STATE_KEYS), moved)
-    statement = insert.on_conflict_do_update(
-        index_elements=["source_key", "port_id", "metric"],
-        set_={"time_ns": insert.excluded.time_ns, "reading": insert.excluded.reading},
-        where=insert.excluded.time_ns > counter_state.c.time_ns,  # never move a counter back in time
-    )
-    connection.execute(statement)
+    connection.execute(_keep_newest_reading(insert))
 
 
 def _nullable(values: np.ndarray) -> list:
