@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.common.resources import validate_id
 from services.simulator.bounds import MAX_RATE_GBPS, check_bounds
 from services.simulator.faults import FaultKind, FaultSpec, RerouteModel, validate_faults
@@ -359,6 +359,16 @@ def _validate_flow_options(field: str, flow: PointToPointFlow, job: JobSpec) -> 
         )
 
 
+MAX_LABEL_CHARS = 128  # a label names a job or a mode in results and tables
+
+
+def _check_label(label: str, field: str) -> None:
+    if len(label) > MAX_LABEL_CHARS:
+        raise InvalidArgument(
+            field, f"at most {MAX_LABEL_CHARS} characters, got {len(label):,}: {quote(label)}"
+        )
+
+
 def validate_spec(spec: SimulationSpec) -> None:
     """Checks that need no fabric; raises InvalidArgument naming the field (relative to the spec).
 
@@ -366,6 +376,9 @@ def validate_spec(spec: SimulationSpec) -> None:
     meets a NaN or a value its arithmetic cannot hold.
     """
     check_bounds(spec)
+    _check_label(spec.load_balancing.label if spec.load_balancing is not None else "", "load_balancing.label")
+    for i, job in enumerate(spec.jobs):
+        _check_label(job.label, f"jobs[{i}].label")
     if spec.telemetry_source:  # the id of the telemetry source the series go to (created if missing)
         validate_id(spec.telemetry_source, "telemetry_source")
     if not spec.fabric:

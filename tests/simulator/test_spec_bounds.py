@@ -161,3 +161,19 @@ def test_a_run_without_a_time_limit_stops_at_the_simulated_time_the_engines_coun
     assert any("the most simulated time the simulator counts" in note for note in outcome.model_notes)
     assert not outcome.jobs[0].completed
     assert np.all(outcome.series.bytes >= 0)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {**BASE, "jobs": [{**BASE["jobs"][0], "label": "x" * 100_000}]},
+        {**BASE, "load_balancing": {"mode": "ECMP", "label": "y" * 100_000}},
+    ],
+    ids=["job-label", "mode-label"],
+)
+def test_a_label_longer_than_its_bound_is_refused_quoting_little_of_it(spec):
+    with pytest.raises(InvalidArgument) as refused:
+        validate_spec(SimulationSpec.from_dict(spec))
+    assert refused.value.field in ("jobs[0].label", "load_balancing.label")
+    assert len(str(refused.value)) < 400
+    validate_spec(SimulationSpec.from_dict({**BASE, "jobs": [{**BASE["jobs"][0], "label": "z" * 128}]}))

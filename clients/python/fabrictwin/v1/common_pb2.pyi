@@ -272,7 +272,7 @@ class LoadBalancing(_message.Message):
     flowlet_gap_ns: _builtins.int
     """FLOWLET only: idle gap after which a flow may change path."""
     label: _builtins.str
-    """Optional label used in comparisons; defaults to the mode name."""
+    """Optional label used in comparisons; defaults to the mode name; at most 128 characters."""
     spray_random: _builtins.bool
     """SPRAY only: pick each packet's port by a seeded uniform draw (as ns-3's RandomEcmpRouting)
     instead of the default round-robin over each (switch, destination) group.

@@ -301,7 +301,7 @@ class Job(_message.Message):
     CHUNKS_FIELD_NUMBER: _builtins.int
     FLOWS_FIELD_NUMBER: _builtins.int
     label: _builtins.str
-    """Label for results (`job-0` by default)."""
+    """Label for results (`job-0` by default); at most 128 characters."""
     collective: Global___Collective.ValueType
     """Collective."""
     algorithm: Global___CollectiveAlgorithm.ValueType
