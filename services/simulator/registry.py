@@ -15,6 +15,8 @@ import enum
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
 from services.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.simulator.results import SimulationOutcome
 
@@ -50,6 +52,26 @@ class SimulationRecord:
     end_time: dt.datetime | None = None
 
 
+# Results of finished simulations kept for Get/Watch/ListLinkSeries; beyond it the oldest are forgotten
+# (their results stay wherever the caller stored them: the orchestrator's runs, telemetry).
+DEFAULT_BUDGET_BYTES = 2 << 30
+
+
+def outcome_bytes(value: Any, depth: int = 0) -> int:
+    """Roughly what a result holds in memory: its numpy arrays' bytes, ~64 bytes per list item."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if depth > 4:
+        return 0
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(outcome_bytes(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
+    if isinstance(value, list | tuple):
+        return 64 * len(value) + sum(outcome_bytes(item, depth + 1) for item in value[:16]) * max(
+            1, len(value) // 16
+        )
+    return 0
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -57,10 +79,12 @@ def _now() -> dt.datetime:
 class SimulationRegistry:
     """Simulations by name, newest first, with change notification."""
 
-    def __init__(self, capacity: int = 1000) -> None:
+    def __init__(self, capacity: int = 1000, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self._records: dict[str, SimulationRecord] = {}  # insertion order = creation order
         self._watchers: dict[str, set[asyncio.Queue[SimulationRecord]]] = {}
         self._capacity = capacity
+        self._budget_bytes = budget_bytes
+        self._bytes: dict[str, int] = {}  # finished simulations' outcome sizes
 
     def create(self, name: str, request_spec: Any, routing_version: int) -> SimulationRecord:
         if name in self._records:
@@ -94,6 +118,9 @@ class SimulationRegistry:
         self._records[name] = record
         for queue in self._watchers.get(name, ()):
             queue.put_nowait(record)
+        if record.state.terminal and record.outcome is not None:
+            self._bytes[name] = outcome_bytes(record.outcome)
+            self._evict()
         return record
 
     def cancel(self, name: str) -> SimulationRecord:
@@ -119,9 +146,15 @@ class SimulationRegistry:
                 self._watchers.pop(name, None)
 
     def _evict(self) -> None:
+        """Forget the oldest finished simulations while there are more than `capacity` simulations or
+        their results hold more than `budget_bytes` (a running one is never forgotten)."""
         excess = len(self._records) - self._capacity
-        if excess <= 0:
+        held = sum(self._bytes.values())
+        if excess <= 0 and held <= self._budget_bytes:
             return
-        finished = [name for name, r in self._records.items() if r.state.terminal]
-        for name in finished[:excess]:
+        for name in [name for name, r in self._records.items() if r.state.terminal]:
+            if excess <= 0 and held <= self._budget_bytes:
+                break
             del self._records[name]
+            held -= self._bytes.pop(name, 0)
+            excess -= 1
