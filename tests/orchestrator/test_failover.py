@@ -87,13 +87,18 @@ async def simulations_on(address: str) -> dict[str, int]:
     return {s.name: s.state for s in reply.simulations}
 
 
+_UNFINISHED = (common_pb2.JOB_STATE_PENDING, common_pb2.JOB_STATE_RUNNING)
+
+
 async def wait_until_running_on(address: str, timeout: float = 60.0) -> None:
+    """Until the replica at `address` holds a simulation it has not finished (PENDING or RUNNING: a
+    short run may go from PENDING to SUCCEEDED without a progress report in between)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if common_pb2.JOB_STATE_RUNNING in (await simulations_on(address)).values():
+        if any(state in _UNFINISHED for state in (await simulations_on(address)).values()):
             return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no simulation started running on {address}")
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no simulation started on {address}")
 
 
 async def run_to_end(scenarios, scenario: str) -> scenario_pb2.Run:
@@ -112,7 +117,7 @@ async def test_a_run_survives_a_replica_stopped_mid_run(stack, scenarios):
     run = await scenarios.RunScenario(scenario_pb2.RunScenarioRequest(scenario=created.name))
     await wait_until_running_on(doomed.address)
     held = await simulations_on(doomed.address)
-    lost = {name for name, state in held.items() if state == common_pb2.JOB_STATE_RUNNING}
+    lost = {name for name, state in held.items() if state in _UNFINISHED}
     assert lost, "the run gave the doomed replica nothing to do"
     await doomed.server.stop(0)  # abrupt: connections closed, nothing drained
 
