@@ -17,7 +17,7 @@ import json
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-__all__ = ["FUZZ", "JSON_VALUES", "NASTY_TOKENS", "mutated", "mutated_json"]
+__all__ = ["ANY_TEXT", "FUZZ", "JSON_VALUES", "NASTY_TOKENS", "damaged_documents", "mutated", "mutated_json"]
 
 # Reproducible (derandomize) and bounded: a property gets `max_examples` inputs, no per-input deadline
 # (the first call of an importer loads modules), and no complaint that building inputs is slow.
@@ -195,3 +195,30 @@ def _mutate_value(draw: st.DrawFn, value: object) -> object:
             value[i] = draw(JSON_VALUES)
         return value
     return draw(JSON_VALUES)
+
+
+# Any text at all, or hostile tokens strung together.
+ANY_TEXT = st.text(max_size=400) | st.lists(st.sampled_from(NASTY_TOKENS), max_size=12).map(" ".join)
+
+
+@st.composite
+def damaged_documents(draw: st.DrawFn, documents: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Per-node documents (LLDP tables) with a few damaged, dropped, duplicated or renamed."""
+    documents = list(documents)
+    for _ in range(draw(st.integers(1, 3))):
+        i = draw(st.integers(0, len(documents) - 1))
+        name, text = documents[i]
+        edit = draw(st.sampled_from(("json", "text", "drop", "duplicate", "rename", "random")))
+        if edit == "json":
+            documents[i] = (name, draw(mutated_json(text)))
+        elif edit == "text":
+            documents[i] = (name, draw(mutated(text)))
+        elif edit == "drop" and len(documents) > 1:
+            del documents[i]
+        elif edit == "duplicate":
+            documents.insert(i, (name, text))
+        elif edit == "rename":
+            documents[i] = (draw(st.text(max_size=12) | st.sampled_from(NASTY_TOKENS)), text)
+        elif edit == "random":
+            documents[i] = (name, draw(ANY_TEXT))
+    return documents

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from services.topology.formats.lldp import neighbour_documents
 from services.topology.generators import leaf_spine
-from tests.fuzz import FUZZ, NASTY_TOKENS, mutated, mutated_json
+from tests.fuzz import ANY_TEXT, FUZZ, damaged_documents, mutated
 
 MAX_MESSAGE_CHARS = 4_000
 
@@ -80,7 +80,6 @@ time_ns,port,source,tx_bytes:cumulative_64,utilisation
 
 LLDP_DOCUMENTS = neighbour_documents(leaf_spine(2, 2, 2))
 
-ANY_TEXT = st.text(max_size=400) | st.lists(st.sampled_from(NASTY_TOKENS), max_size=12).map(" ".join)
 TIMES = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 2**64, -(2**64)])
 
 
@@ -149,30 +148,8 @@ def test_csv_reads_or_refuses(pieces: list[str], kinds: dict) -> None:
             return
 
 
-@st.composite
-def damaged_lldp_documents(draw: st.DrawFn) -> list[tuple[str, str]]:
-    documents = list(LLDP_DOCUMENTS)
-    for _ in range(draw(st.integers(1, 3))):
-        i = draw(st.integers(0, len(documents) - 1))
-        name, text = documents[i]
-        edit = draw(st.sampled_from(("json", "text", "drop", "duplicate", "rename", "random")))
-        if edit == "json":
-            documents[i] = (name, draw(mutated_json(text)))
-        elif edit == "text":
-            documents[i] = (name, draw(mutated(text)))
-        elif edit == "drop" and len(documents) > 1:
-            del documents[i]
-        elif edit == "duplicate":
-            documents.insert(i, (name, text))
-        elif edit == "rename":
-            documents[i] = (draw(st.text(max_size=12) | st.sampled_from(NASTY_TOKENS)), text)
-        elif edit == "random":
-            documents[i] = (name, draw(ANY_TEXT))
-    return documents
-
-
 @FUZZ
-@given(documents=damaged_lldp_documents())
+@given(documents=damaged_documents(LLDP_DOCUMENTS))
 def test_read_cabling_reads_or_refuses(documents: list[tuple[str, str]]) -> None:
     with contextlib.suppress(InvalidArgumentError):
         read_cabling(documents)

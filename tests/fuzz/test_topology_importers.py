@@ -23,7 +23,7 @@ from services.topology.formats import export_fabric, import_fabric
 from services.topology.formats.lldp import neighbour_documents
 from services.topology.generators import leaf_spine
 from services.topology.limits import FabricLimits
-from tests.fuzz import FUZZ, NASTY_TOKENS, mutated, mutated_json
+from tests.fuzz import ANY_TEXT, FUZZ, damaged_documents, mutated, mutated_json
 
 MAX_MESSAGE_CHARS = 4_000
 # Small limits keep every accepted fuzzed fabric cheap to build, and exercise the refusals too.
@@ -61,9 +61,6 @@ def test_the_valid_exports_import() -> None:
         assert imports_or_refuses(fmt, text) is not None, fmt
     assert imports_or_refuses("lldp", documents=DOCUMENTS) is not None
     assert imports_or_refuses("lldp", archive=tar_of(DOCUMENTS)) is not None
-
-
-ANY_TEXT = st.text(max_size=400) | st.lists(st.sampled_from(NASTY_TOKENS), max_size=12).map(" ".join)
 
 
 @pytest.mark.parametrize("format", ["ibnetdiscover", "json", "ns3_hpcc"])
@@ -147,38 +144,15 @@ def test_a_json_link_speed_is_kept_as_given_or_refused(speed: float) -> None:
         assert abs(rate - speed * 1e9) <= max(1.0, speed * 1e9 * 1e-9), f"{speed!r} Gb/s became {rate} b/s"
 
 
-@st.composite
-def damaged_documents(draw: st.DrawFn) -> list[tuple[str, str]]:
-    """The leaf-spine's LLDP documents with a few damaged, dropped, duplicated or renamed."""
-    documents = list(DOCUMENTS)
-    for _ in range(draw(st.integers(1, 3))):
-        i = draw(st.integers(0, len(documents) - 1))
-        name, text = documents[i]
-        edit = draw(st.sampled_from(("json", "text", "drop", "duplicate", "rename", "random")))
-        if edit == "json":
-            documents[i] = (name, draw(mutated_json(text)))
-        elif edit == "text":
-            documents[i] = (name, draw(mutated(text)))
-        elif edit == "drop" and len(documents) > 1:
-            del documents[i]
-        elif edit == "duplicate":
-            documents.insert(i, (name, text))
-        elif edit == "rename":
-            documents[i] = (draw(st.text(max_size=12) | st.sampled_from(NASTY_TOKENS)), text)
-        elif edit == "random":
-            documents[i] = (name, draw(ANY_TEXT))
-    return documents
-
-
 @FUZZ
-@given(documents=damaged_documents())
+@given(documents=damaged_documents(DOCUMENTS))
 def test_damaged_lldp_documents_import_or_are_refused(documents: list[tuple[str, str]]) -> None:
     imports_or_refuses("lldp", documents=documents)
 
 
 @FUZZ
 @given(
-    documents=damaged_documents(),
+    documents=damaged_documents(DOCUMENTS),
     port_speeds=st.dictionaries(
         st.text(max_size=10),
         st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70),
@@ -190,7 +164,7 @@ def test_lldp_port_speeds_are_checked(documents: list[tuple[str, str]], port_spe
 
 
 @FUZZ
-@given(documents=damaged_documents(), mode=st.sampled_from(["w", "w:gz", "w:bz2", "w:xz"]))
+@given(documents=damaged_documents(DOCUMENTS), mode=st.sampled_from(["w", "w:gz", "w:bz2", "w:xz"]))
 def test_an_archive_of_damaged_documents_imports_or_is_refused(
     documents: list[tuple[str, str]], mode: str
 ) -> None:
