@@ -17,6 +17,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fabrictwin.client import read_token_file
+from fabrictwin.errors import InvalidArgumentError
+
 __all__ = ["DEFAULT_PORTS", "ServiceConfig", "load_config"]
 
 DEFAULT_PORTS = {"topology": 50051, "simulator": 50052, "telemetry": 50053, "orchestrator": 50054}
@@ -118,21 +121,13 @@ def _check(config: ServiceConfig) -> None:
 
 
 def _read_token(config: ServiceConfig, field: str) -> str:
-    """The token in the file named by `field`: one line, surrounding whitespace dropped."""
-    path = getattr(config, field)
-    flag = "--" + field.replace("_", "-")
+    """The token in the file named by `field` (the SDK's reader: one line, whitespace around dropped);
+    SystemExit naming the flag and the variable when it cannot be used."""
+    source = f"--{field.replace('_', '-')} / {_env_name(field)}"
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: cannot read ({reason})") from exc
-    if not text:
-        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: the file is empty")
-    if any(c.isspace() for c in text) or not text.isprintable():
-        # A token travels as an HTTP/2 header value: one line of printable characters.
-        raise SystemExit(f"{flag} / {_env_name(field)}={path!r}: a token is one line without spaces")
-    return text
+        return read_token_file(getattr(config, field), source)
+    except InvalidArgumentError as exc:
+        raise SystemExit(exc.details) from None
 
 
 def _with_tokens(config: ServiceConfig) -> ServiceConfig:

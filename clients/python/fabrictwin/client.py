@@ -55,7 +55,10 @@ def read_token_file(path: str, source: str = "token_file") -> str:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InvalidArgumentError(f"{source}={path}: cannot read the token ({reason})") from None
-    if not token or any(c.isspace() for c in token) or not token.isprintable():
+    if not token:
+        raise InvalidArgumentError(f"{source}={path}: the file is empty")
+    if any(c.isspace() for c in token) or not token.isprintable():
+        # A token travels as an HTTP/2 header value: one line of printable characters.
         raise InvalidArgumentError(f"{source}={path}: expected the token alone, on one line")
     return token
 
