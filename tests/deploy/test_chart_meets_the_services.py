@@ -10,18 +10,26 @@ import pathlib
 
 import grpc
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.config import ServiceConfig, load_config
 from services.common.peers import peer_auth
+from services.orchestrator.__main__ import extra_flags as orchestrator_flags
 from services.simulator.__main__ import extra_flags as simulator_flags
+from services.simulator.__main__ import limits_of as simulator_limits_of
 from services.telemetry.__main__ import extra_flags as telemetry_flags
 from services.topology.__main__ import extra_flags as topology_flags
 from tests.common.test_tls import OPENSSL, pki  # noqa: F401 - `pki` is a fixture
-from tests.deploy.conftest import COMPONENTS, NAMESPACE, RELEASE
+from tests.deploy.conftest import CHART, COMPONENTS, NAMESPACE, RELEASE
 from tests.in_process import in_process_stack
 
-EXTRA_FLAGS = {"topology": topology_flags, "simulator": simulator_flags, "telemetry": telemetry_flags}
+EXTRA_FLAGS = {
+    "topology": topology_flags,
+    "simulator": simulator_flags,
+    "telemetry": telemetry_flags,
+    "orchestrator": orchestrator_flags,
+}
 FROM_SECRETS = {"FABRICTWIN_DATABASE_URL": "postgresql://fabrictwin:pw@db.example:5432/fabrictwin"}
 # What the mounted Secrets hold, by path in the pod: stand-ins written to a directory of the test.
 MOUNTED = {"/etc/fabrictwin/auth/token": "s3cret\n", "/etc/fabrictwin/auth/read-only-token": "viewer\n"}
@@ -132,6 +140,50 @@ def test_a_services_own_settings_from_values_reach_its_config(everything_on, sec
     env = pod_environment(everything_on, "telemetry", secret_files)
     config = load_config("telemetry", [], env=env, extra_flags=telemetry_flags)
     assert config.extra["max_points"] == 50_000
+
+
+def chart_limits(component: str) -> list[str]:
+    """The limit names values.yaml offers for a service (`<component>.limits`)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    return list(values[component]["limits"])
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_every_limit_the_chart_offers_reaches_the_services_config(render, component, secret_files):
+    names = chart_limits(component)
+    assert "maxMessageBytes" in names
+    # A distinct value per limit, each above the smallest the service accepts.
+    chosen = {name: 100_000 + 7 * i for i, name in enumerate(names)}
+    rendered = render({component: {"limits": chosen}})
+    env = pod_environment(rendered, component, secret_files)
+    config = load_config(component, [], env=env, extra_flags=EXTRA_FLAGS.get(component))
+    for name, value in chosen.items():
+        key = "".join("_" + c.lower() if c.isupper() else c for c in name)
+        read = config.max_message_bytes if key == "max_message_bytes" else config.extra[key]
+        assert int(read) == value, f"{component}.limits.{name}"
+    if component == "simulator":  # and admission control takes them
+        limits = simulator_limits_of(config)
+        assert (limits.max_flows, limits.max_events) == (chosen["maxFlows"], chosen["maxEvents"])
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_limits_left_null_set_no_variable(render, component):
+    rendered = render()
+    keys = {
+        "FABRICTWIN_" + "".join("_" + c if c.isupper() else c.upper() for c in n)
+        for n in chart_limits(component)
+    }
+    assert keys & set(rendered.env(component)) == set()
+
+
+def test_an_unknown_limit_is_refused_by_the_schema(render):
+    with pytest.raises(Exception, match="maxFlowz"):
+        render({"simulator": {"limits": {"maxFlowz": 5}}})
+
+
+def test_a_limit_set_twice_is_refused(render):
+    with pytest.raises(Exception, match="FABRICTWIN_MAX_FLOWS"):
+        render({"simulator": {"limits": {"maxFlows": 5}, "env": {"FABRICTWIN_MAX_FLOWS": 6}}})
 
 
 async def test_each_probe_names_a_service_the_real_server_reports_serving(render, tmp_path):

@@ -173,6 +173,17 @@ spec:
             - name: FABRICTWIN_TELEMETRY_ADDRESS
               value: {{ include "fabrictwin.address" (dict "root" $root "component" "telemetry") | quote }}
             {{- end }}
+            {{- /* limits: camelCase flag names (maxFlows) -> FABRICTWIN_MAX_FLOWS; null keeps the default. */}}
+            {{- range $name, $value := $values.limits }}
+            {{- if not (kindIs "invalid" $value) }}
+            {{- $variable := printf "FABRICTWIN_%s" ($name | snakecase | upper) }}
+            {{- if hasKey $values.env $variable }}
+            {{- fail (printf "%s.env.%s and %s.limits.%s set the same limit; keep one" $component $variable $component $name) }}
+            {{- end }}
+            - name: {{ $variable }}
+              value: {{ $value | int64 | quote }}
+            {{- end }}
+            {{- end }}
             {{- range $name, $value := $values.env }}
             {{- if has $name $managed }}
             {{- fail (printf "%s.env.%s is set by the chart; use the chart's own value for it (values.yaml)" $component $name) }}
