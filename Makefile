@@ -18,10 +18,12 @@ $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 proto: venv
 	$(PY) scripts/gen_protos.py
 
+# Style, formatting, the protobuf contract and types (mypy: the files and strictness in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/buf lint
+	$(VENV)/bin/mypy
 
 test: venv
 	$(PY) -m pytest
@@ -37,4 +39,4 @@ lab: venv
 	$(PY) -m tests.lab
 
 clean:
-	rm -rf .fabrictwin .pytest_cache .ruff_cache
+	rm -rf .fabrictwin .pytest_cache .ruff_cache .mypy_cache

@@ -52,8 +52,8 @@ def _services(data_dir: str) -> Iterator[Client]:
         for name, port in ports.items()
     ]
     try:
-        addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
-        with Client(**addresses, timeout=600) as client:
+        topology, telemetry = f"127.0.0.1:{ports['topology']}", f"127.0.0.1:{ports['telemetry']}"
+        with Client(topology=topology, telemetry=telemetry, timeout=600) as client:
             deadline = time.monotonic() + 60
             while set(client.health(list(ports)).values()) != {"SERVING"}:
                 if time.monotonic() > deadline:

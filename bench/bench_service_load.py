@@ -114,7 +114,7 @@ class _Caller:
     """One client: its own channels, its own lane of ingest times, and the calls it can make."""
 
     def __init__(self, addresses: dict[str, str], lane: int, ports: list[str], links: list[int]) -> None:
-        self.client = Client(**addresses, timeout=60)
+        self.client = Client(topology=addresses["topology"], telemetry=addresses["telemetry"], timeout=60)
         self.rng = random.Random(lane)
         self.lane = lane
         self.ports = ports
@@ -228,7 +228,7 @@ def run_load(clients: int = CLIENTS, seconds: float = SECONDS, think_s: float = 
     extra_env = {"FABRICTWIN_LOG_LEVEL": "WARNING", "FABRICTWIN_MAINTENANCE_INTERVAL_SECONDS": "5"}
     with tempfile.TemporaryDirectory() as data_dir, running_stack(data_dir, extra_env=extra_env) as stack:
         addresses = {name: stack.address(name) for name in ("topology", "telemetry")}
-        with Client(**addresses, timeout=600) as client:
+        with Client(topology=addresses["topology"], telemetry=addresses["telemetry"], timeout=600) as client:
             ports, links = _prepare(client)
             rows_before = client.telemetry.get_source(SOURCE).sample_count
             alone = _alone(client, ports, ALONE_CALLS)

@@ -72,7 +72,9 @@ class Stack:
                             + self.log_path(name).read_text()[-3000:]
                         )
                     try:
-                        reply = stub.Check(health_pb2.HealthCheckRequest(service=full_name), timeout=1)
+                        request = health_pb2.HealthCheckRequest(service=full_name)
+                        # types-grpcio-health-checking declares HealthStub without its methods.
+                        reply = stub.Check(request, timeout=1)  # type: ignore[attr-defined]
                         if reply.status == health_pb2.HealthCheckResponse.SERVING:
                             break
                     except grpc.RpcError:
@@ -210,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{name:<13} SERVING on {stack.address(name)}  (log: {stack.log_path(name)})")
             if not args.no_demo:
                 say("\nrunning the demo scenario through the SDK ...\n")
-                with Client(**{name: stack.address(name) for name in SERVICES}) as client:
+                with Client(
+                    topology=stack.address("topology"),
+                    simulator=stack.address("simulator"),
+                    telemetry=stack.address("telemetry"),
+                    orchestrator=stack.address("orchestrator"),
+                ) as client:
                     run_demo(client, args.data_dir, say=say)
         except Exception as exc:  # raised again below, unless a stop signal caused it
             failures.append(exc)

@@ -9,9 +9,11 @@ without a token cannot tell served methods from invented ones, and nothing of th
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
+
+from services.common.interceptors import Continuation, MethodHandler, ServicerContext
 
 __all__ = ["EXEMPT_PREFIXES", "UNKNOWN_METHOD", "BearerTokenInterceptor", "is_read_method"]
 
@@ -61,10 +63,10 @@ def is_read_method(method: str) -> bool:
     return any(name.startswith(word) and name[len(word) : len(word) + 1].isupper() for word in READ_PREFIXES)
 
 
-def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+def _refusal(code: grpc.StatusCode, message: str) -> MethodHandler:
     """A handler that answers any kind of call with `code`, reading none of its request."""
 
-    async def refuse(_requests: object, context: grpc.aio.ServicerContext) -> None:
+    async def refuse(_requests: object, context: ServicerContext) -> None:
         await context.abort(code, message)
 
     # Streaming both ways and without a deserializer: grpc hands it no parsed message, and on the
@@ -98,9 +100,9 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         method = handler_call_details.method or ""
         if method.startswith(EXEMPT_PREFIXES):
             return await continuation(handler_call_details)

@@ -89,10 +89,14 @@ def _from_env(action: argparse.Action, raw: str) -> Any:
         if raw.strip().lower() not in _TRUE + _FALSE:
             raise SystemExit(f"{name}={raw!r}: expected one of {', '.join(_TRUE + _FALSE[:-1])}")
         return (raw.strip().lower() in _TRUE) == action.const
-    if action.type is None:
+    convert = action.type
+    if convert is None:
         return raw
     try:
-        return action.type(raw)
+        # argparse also takes the name of a registered type here; the services' flags never use one.
+        if not callable(convert):
+            raise TypeError(f"{convert!r} is not a callable type")
+        return convert(raw)
     except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         kind = getattr(action.type, "__name__", "a valid value")
         raise SystemExit(f"{name}={raw!r}: expected {kind}") from exc
@@ -143,7 +147,12 @@ def _with_tokens(config: ServiceConfig) -> ServiceConfig:
                 f"--{field.replace('_', '-')} / {_env_name(field)} are both set: set one, not both"
             )
         tokens[field] = _read_token(config, file_field)
-    config = dataclasses.replace(config, **tokens) if tokens else config
+    if tokens:
+        config = dataclasses.replace(
+            config,
+            auth_token=tokens.get("auth_token", config.auth_token),
+            read_only_token=tokens.get("read_only_token", config.read_only_token),
+        )
     if config.read_only_token and not config.auth_token:
         raise SystemExit(
             "--read-only-token-file / FABRICTWIN_READ_ONLY_TOKEN_FILE needs a full token as well "

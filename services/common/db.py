@@ -7,7 +7,9 @@ given (`postgresql+psycopg://...`; a bare `postgresql://` is mapped to the psyco
 from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 __all__ = ["make_engine", "make_sessionmaker", "normalise_url"]
 
@@ -27,7 +29,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
             cursor = dbapi_connection.cursor()
             if ":memory:" not in url:
                 cursor.execute("PRAGMA journal_mode=WAL")
@@ -39,6 +41,6 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker:
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     """Sessions that keep loaded objects usable after commit."""
     return sessionmaker(engine, expire_on_commit=False)

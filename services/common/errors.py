@@ -6,6 +6,8 @@ never builds a status by hand and a caller never sees a stack trace.
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = [
     "QUOTE_CHARS",
     "STATUS_CODES",
@@ -92,7 +94,7 @@ class InvalidArgument(FabricTwinError, ValueError):
         self.field = field
         self.problem = problem
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type[Self], tuple[str, str]]:
         # Exceptions pickle as cls(*args); ours take (field, problem), so errors raised in a worker
         # process come back to the server intact.
         return (self.__class__, (self.field, self.problem))

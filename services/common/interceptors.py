@@ -22,17 +22,31 @@ import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
 from services.common.errors import FabricTwinError, excerpt
 
-__all__ = ["LOG_CHARS", "MAX_DETAILS_BYTES", "ErrorInterceptor", "bounded_details", "rewrap_handler"]
+__all__ = [
+    "LOG_CHARS",
+    "MAX_DETAILS_BYTES",
+    "Continuation",
+    "ErrorInterceptor",
+    "MethodHandler",
+    "ServicerContext",
+    "bounded_details",
+    "rewrap_handler",
+]
 
 log = logging.getLogger("fabrictwin.rpc")
 
 UnaryWrap = Callable[[Callable[..., Any], str], Callable[..., Any]]
+# The handler of any one method, the continuation an interceptor gets to find it, and the context its
+# behaviour runs in. grpc's classes are generic in their type stubs only, hence the quotes.
+MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Continuation: TypeAlias = "Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler | None]]"
+ServicerContext: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 # A status message's size on the wire (grpc-message, percent-encoded): well inside the 8 KiB soft
 # metadata limit of grpc clients, with room for the other headers.
@@ -42,12 +56,12 @@ LOG_CHARS = 2000
 
 
 def rewrap_handler(
-    handler: grpc.RpcMethodHandler | None,
+    handler: MethodHandler | None,
     method: str,
     wrap_unary: UnaryWrap,
     wrap_streaming: UnaryWrap,
     request_deserializer: Callable[[bytes], Any] | None = None,
-) -> grpc.RpcMethodHandler | None:
+) -> MethodHandler | None:
     """Return `handler` with its behaviour wrapped (and its request deserializer, if one is given).
 
     Response-streaming behaviours that are async generators get `wrap_streaming`. Those written as a
@@ -60,15 +74,21 @@ def rewrap_handler(
         "request_deserializer": request_deserializer or handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
+    behavior: Callable[..., Any] | None
     if handler.response_streaming:
         behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
+    else:
+        behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
+    # grpc's handler factories fill in exactly the behaviour that the two streaming flags name.
+    assert behavior is not None, f"{method}: a method handler without the behaviour its flags name"
+    if handler.response_streaming:
         wrap = wrap_unary if inspect.iscoroutinefunction(behavior) else wrap_streaming
         if handler.request_streaming:
             return grpc.stream_stream_rpc_method_handler(wrap(behavior, method), **kwargs)
         return grpc.unary_stream_rpc_method_handler(wrap(behavior, method), **kwargs)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(wrap_unary(handler.stream_unary, method), **kwargs)
-    return grpc.unary_unary_rpc_method_handler(wrap_unary(handler.unary_unary, method), **kwargs)
+        return grpc.stream_unary_rpc_method_handler(wrap_unary(behavior, method), **kwargs)
+    return grpc.unary_unary_rpc_method_handler(wrap_unary(behavior, method), **kwargs)
 
 
 def _wire_bytes(char: str) -> int:
@@ -120,7 +140,7 @@ def _bounded_for_log(exc: BaseException) -> bool:
     return True
 
 
-async def _translate(exc: Exception, method: str, context: grpc.aio.ServicerContext) -> None:
+async def _translate(exc: Exception, method: str, context: ServicerContext) -> None:
     """Abort the call with the status `exc` deserves; only domain errors reach the caller verbatim."""
     if isinstance(exc, FabricTwinError):
         code = getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL)
@@ -173,7 +193,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     return deserialize
 
 
-async def _refuse_undecodable(request: Any, context: grpc.aio.ServicerContext) -> Any:
+async def _refuse_undecodable(request: Any, context: ServicerContext) -> Any:
     """The request, or its messages checked one by one as the servicer reads them (client streams)."""
     if isinstance(request, _Undecodable):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: {request.problem}")
@@ -182,9 +202,7 @@ async def _refuse_undecodable(request: Any, context: grpc.aio.ServicerContext) -
     return request
 
 
-async def _checked_messages(
-    requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-) -> AsyncIterator[Any]:
+async def _checked_messages(requests: AsyncIterator[Any], context: ServicerContext) -> AsyncIterator[Any]:
     position = 0
     async for request in requests:
         position += 1
@@ -200,9 +218,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         handler = await continuation(handler_call_details)
         return rewrap_handler(
             handler,
@@ -214,7 +232,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     @staticmethod
     def _wrap_unary(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapper(request: Any, context: ServicerContext) -> Any:
             try:
                 request = await _refuse_undecodable(request, context)
                 result = behavior(request, context)
@@ -228,7 +246,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
     @staticmethod
     def _wrap_streaming(behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapper(request: Any, context: ServicerContext) -> Any:
             try:
                 request = await _refuse_undecodable(request, context)
                 async for item in behavior(request, context):

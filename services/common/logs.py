@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging"]
 
@@ -20,7 +21,7 @@ class JsonFormatter(logging.Formatter):
         self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,

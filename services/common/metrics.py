@@ -12,7 +12,7 @@ import inspect
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -20,7 +20,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from services.common.interceptors import rewrap_handler
+from services.common.interceptors import Continuation, MethodHandler, ServicerContext, rewrap_handler
 
 __all__ = ["MetricsHttp", "MetricsInterceptor", "RpcMetrics", "start_metrics_http"]
 
@@ -56,7 +56,7 @@ class RpcMetrics:
         self.latency.labels(method).observe(seconds)
 
 
-def _code_of(context: grpc.aio.ServicerContext, default: str) -> str:
+def _code_of(context: ServicerContext, default: str) -> str:
     code = context.code()
     if code is None:
         return default
@@ -76,9 +76,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> MethodHandler | None:
         return rewrap_handler(
             await continuation(handler_call_details),
             handler_call_details.method,
@@ -87,7 +87,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         )
 
     def _wrap_unary(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapper(request: Any, context: ServicerContext) -> Any:
             start = time.perf_counter()
             code = "UNKNOWN"
             try:
@@ -108,7 +108,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         return wrapper
 
     def _wrap_streaming(self, behavior: Callable[..., Any], method: str) -> Callable[..., Any]:
-        async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapper(request: Any, context: ServicerContext) -> Any:
             start = time.perf_counter()
             code = "UNKNOWN"
             try:
@@ -128,7 +128,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         return wrapper
 
 
-def _failure_code(context: grpc.aio.ServicerContext) -> str:
+def _failure_code(context: ServicerContext) -> str:
     """The status an aborted or crashed call ended with; never OK."""
     code = _code_of(context, "UNKNOWN")
     return "UNKNOWN" if code == "OK" else code
@@ -147,7 +147,9 @@ class MetricsHttp:
 
     def __init__(self, metrics: RpcMetrics, host: str, port: int) -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        server_class: type[ThreadingWSGIServer] = type(
+            "MetricsServer", (ThreadingWSGIServer,), {"address_family": family}
+        )
         bind_host = host.strip("[]") or "0.0.0.0"
         self._httpd = make_server(
             bind_host, port, make_wsgi_app(metrics.registry), server_class, handler_class=_QuietHandler

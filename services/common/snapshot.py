@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Literal, get_args
 
 import numpy as np
 from fabrictwin.v1 import topology_pb2
@@ -71,7 +72,8 @@ _ARRAY_FIELDS = (
     "link_state",
     "link_ber",
 )
-_OPTIONAL_ARRAYS = ("route_offsets", "route_next_channels", "link_port_a", "link_port_b")
+_OptionalArray = Literal["route_offsets", "route_next_channels", "link_port_a", "link_port_b"]
+_OPTIONAL_ARRAYS: tuple[_OptionalArray, ...] = get_args(_OptionalArray)
 _TABLE_FIELDS = ("node_row", "dest_class", "group_ids", "group_offsets", "group_channels", "lft_ports")
 
 
@@ -83,11 +85,12 @@ def usable_links(
     DEGRADED links stay usable: a marginal transceiver loses packets without going down.
     """
     is_host = np.asarray(node_kind) == _NODE_KIND_HOST
-    return (
+    usable: np.ndarray = (
         (np.asarray(link_state) != _LINK_STATE_DOWN)
         & (link_a != link_b)
         & ~(is_host[link_a] & is_host[link_b])
     )
+    return usable
 
 
 @dataclasses.dataclass(eq=False)
@@ -135,7 +138,10 @@ def _doubled(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Each CSR group written twice in a row: group g of size s occupies [2*offsets[g], 2*offsets[g+1])."""
     sizes = np.diff(offsets)
     member = np.arange(2 * values.shape[0]) - np.repeat(2 * offsets[:-1], 2 * sizes)
-    return values[np.repeat(offsets[:-1], 2 * sizes) + member % np.repeat(np.maximum(sizes, 1), 2 * sizes)]
+    doubled: np.ndarray = values[
+        np.repeat(offsets[:-1], 2 * sizes) + member % np.repeat(np.maximum(sizes, 1), 2 * sizes)
+    ]
+    return doubled
 
 
 class RouteLookup:
@@ -189,7 +195,8 @@ class RouteLookup:
         self.channels = np.concatenate([group_part, deliver_part, port_table]).astype(np.int32)
 
     def _position(self, keys: np.ndarray, sorted_keys: np.ndarray, first: np.ndarray) -> np.ndarray:
-        return np.searchsorted(sorted_keys, keys) - first
+        position: np.ndarray = np.searchsorted(sorted_keys, keys) - first
+        return position
 
     def groups(self, nodes: np.ndarray, hosts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, size) of each pair's group in `channels`, LFT channel first; size 0: no route."""
@@ -314,6 +321,8 @@ class FabricSnapshot:
     @functools.cached_property
     def _lookup(self) -> RouteLookup | _CsrLookup:
         if self.route_table is None:
+            if self.route_offsets is None or self.route_next_channels is None:
+                raise ValueError("CSR routes need route_offsets and route_next_channels")
             return _CsrLookup(self.route_offsets, self.route_next_channels, self.num_hosts)
         if self.link_port_a is None or self.link_port_b is None:
             raise ValueError("a compact route table needs link_port_a and link_port_b")
@@ -374,10 +383,10 @@ class FabricSnapshot:
     @classmethod
     def from_proto(cls, message: topology_pb2.FabricSnapshot) -> FabricSnapshot:
         arrays = {name: from_numeric_array(getattr(message, name), name) for name in _ARRAY_FIELDS}
-        optional = {
-            name: from_numeric_array(getattr(message, name), name) if message.HasField(name) else None
-            for name in _OPTIONAL_ARRAYS
-        }
+
+        def optional(name: _OptionalArray) -> np.ndarray | None:
+            return from_numeric_array(getattr(message, name), name) if message.HasField(name) else None
+
         table = None
         if message.route_encoding == ROUTE_ENCODING_COMPACT:
             table = RouteTable(
@@ -394,5 +403,8 @@ class FabricSnapshot:
             route_table=table,
             reroute_seconds=message.reroute_seconds,
             **arrays,
-            **optional,
+            route_offsets=optional("route_offsets"),
+            route_next_channels=optional("route_next_channels"),
+            link_port_a=optional("link_port_a"),
+            link_port_b=optional("link_port_b"),
         )

@@ -27,7 +27,7 @@ import traceback
 from collections.abc import AsyncIterator, Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 __all__ = ["WorkerDied", "WorkerOutOfMemory", "WorkerPool"]
 
@@ -51,7 +51,7 @@ class WorkerDied(Exception):
         self.oom_killed = oom_killed
         super().__init__(self.describe())
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self) -> tuple[type[Self], tuple[int, int | None, int, bool]]:
         return (self.__class__, (self.pid, self.exitcode, self.peak_rss_bytes, self.oom_killed))
 
     @property
@@ -300,8 +300,12 @@ class WorkerPool:
         shown = self._ready
         yield shown
         while not self._closed:
+
+            def changed(shown: bool = shown) -> bool:
+                return self._ready != shown or self._closed
+
             async with condition:
-                await condition.wait_for(lambda shown=shown: self._ready != shown or self._closed)
+                await condition.wait_for(changed)
             if self._ready != shown:
                 shown = self._ready
                 yield shown
@@ -459,7 +463,8 @@ class WorkerPool:
                 else:
                     self._park(worker)
         if reply[0] == "ok":
-            return reply[1]
+            result: T = reply[1]
+            return result
         if reply[0] == "memory":
             limit = f"; a worker's address space is limited to {_human_bytes(self._memory_limit)}"
             raise WorkerOutOfMemory(

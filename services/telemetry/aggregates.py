@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -53,7 +54,7 @@ class Aggregation(enum.Enum):
 
 QUANTILES = {Aggregation.P50: 0.5, Aggregation.P99: 0.99}
 rollup_aggregations = frozenset({Aggregation.AVG, Aggregation.MIN, Aggregation.MAX, Aggregation.SUM})
-_DIRECT = {
+_DIRECT: dict[Aggregation, Callable[[sa.ColumnElement[Any]], sa.FunctionElement[Any]]] = {
     Aggregation.AVG: sa.func.avg,
     Aggregation.MIN: sa.func.min,
     Aggregation.MAX: sa.func.max,
@@ -229,13 +230,13 @@ def _combined(
     values = []
     for i in range(len(metrics)):
         total, count = sa.func.sum(union.c[f"s{i}"]), sa.func.sum(union.c[f"c{i}"])
-        value = {
+        aggregate = {
             Aggregation.AVG: total / sa.func.nullif(count, 0),
             Aggregation.SUM: sa.case((count > 0, total), else_=None),
             Aggregation.MIN: sa.func.min(union.c[f"lo{i}"]),
             Aggregation.MAX: sa.func.max(union.c[f"hi{i}"]),
         }[aggregation]
-        values.append(sa.cast(value, sa.Double).label(f"value_{i}"))
+        values.append(sa.cast(aggregate, sa.Double).label(f"value_{i}"))
     query = sa.select(union.c.port_id, union.c.bucket, *values)
     return query.group_by(union.c.port_id, union.c.bucket)
 

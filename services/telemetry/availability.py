@@ -37,7 +37,7 @@ _SQLITE_AWAY = ("unable to open database file", "disk i/o error", "database is l
 _MESSAGE_CHARACTERS = 200
 
 
-def is_unreachable(error: BaseException) -> bool:
+def is_unreachable(error: BaseException | None) -> bool:
     """True when `error` says the database cannot be reached (rather than that a statement is wrong)."""
     if isinstance(error, sa.exc.TimeoutError):  # no pooled connection came free in time
         return True

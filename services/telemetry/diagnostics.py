@@ -87,8 +87,9 @@ def utilisation_skew(
         time, count, top, mean, mean_square, hot, idle = (np.empty(0, dtype=d) for d in columns)
     else:
         dialect = connection.dialect.name
-        per_port = bucketed(window, source.key, ports, ["utilisation"], Aggregation.AVG, step_ns, dialect)
-        per_port = per_port.subquery("per_port")
+        per_port = bucketed(
+            window, source.key, ports, ["utilisation"], Aggregation.AVG, step_ns, dialect
+        ).subquery("per_port")
         value = per_port.c.value_0
         share = lambda condition: sa.func.avg(sa.case((condition, 1.0), else_=0.0))  # noqa: E731
         query = (

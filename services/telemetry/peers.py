@@ -32,7 +32,7 @@ class TopologyLinks:
         self._metadata = auth_metadata(auth_token)
         self._channel: grpc.aio.Channel | None = None
 
-    def _stub(self) -> topology_pb2_grpc.TopologyServiceStub:
+    def _stub(self) -> topology_pb2_grpc.TopologyServiceAsyncStub:
         if self._channel is None:
             self._channel = peer_channel(self._address, self._auth)
         return topology_pb2_grpc.TopologyServiceStub(self._channel)
@@ -47,22 +47,22 @@ class TopologyLinks:
             tiers: dict[str, int] = {}
             token = ""
             while True:
-                page = await stub.ListNodes(
+                nodes = await stub.ListNodes(
                     topology_pb2.ListNodesRequest(parent=fabric, page_size=_PAGE, page_token=token),
                     metadata=self._metadata,
                 )
-                tiers.update((_node(node.name), node.tier) for node in page.nodes)
-                token = page.next_page_token
+                tiers.update((_node(node.name), node.tier) for node in nodes.nodes)
+                token = nodes.next_page_token
                 if not token:
                     break
             ends: list[tuple[str, int, str, int]] = []
             while True:
-                page = await stub.ListLinks(
+                links = await stub.ListLinks(
                     topology_pb2.ListLinksRequest(parent=fabric, page_size=_PAGE, page_token=token),
                     metadata=self._metadata,
                 )
-                ends += [(_node(l.node_a), l.port_a, _node(l.node_b), l.port_b) for l in page.links]  # noqa: E741
-                token = page.next_page_token
+                ends += [(_node(l.node_a), l.port_a, _node(l.node_b), l.port_b) for l in links.links]  # noqa: E741
+                token = links.next_page_token
                 if not token:
                     break
         except grpc.aio.AioRpcError as exc:

@@ -158,9 +158,11 @@ def aggregate_rows(
     """(port id, bucket, value) per bucket with samples, sorted by port and bucket."""
     dialect = connection.dialect.name
     if aggregation in rollup_aggregations or dialect == "postgresql":
-        query = bucketed(window, source.key, ports, [column], aggregation, step_ns, dialect).subquery()
-        ordered = sa.select(query.c.port_id, query.c.bucket, query.c.value_0)
-        ordered = ordered.where(query.c.value_0.is_not(None)).order_by(query.c.port_id, query.c.bucket)
+        per_bucket = bucketed(window, source.key, ports, [column], aggregation, step_ns, dialect).subquery()
+        ordered = sa.select(per_bucket.c.port_id, per_bucket.c.bucket, per_bucket.c.value_0)
+        ordered = ordered.where(per_bucket.c.value_0.is_not(None)).order_by(
+            per_bucket.c.port_id, per_bucket.c.bucket
+        )
         port, bucket, values = fetch_arrays(connection, ordered, ("<i8", "<i8", "<f8"))
         return port, bucket, values
     query = raw_rows(window, source.key, ports, column, step_ns, dialect)
@@ -255,8 +257,8 @@ def port_series(
                 query = query.limit(max_points + 1)
             port, time, values = fetch_arrays(connection, query, ("<i8", "<i8", "<f8"))
             if port.shape[0] > max_points:
-                (port_id, name), points = page[0], _raw_counts(connection, source, window, ports, column)
-                raise _too_many(name, points[port_id], max_points)
+                (port_id, name), raw_counts = page[0], _raw_counts(connection, source, window, ports, column)
+                raise _too_many(name, raw_counts[port_id], max_points)
         else:
             port, time, values = aggregate_rows(
                 connection, source, window, ports, column, aggregation, step_ns

@@ -18,9 +18,11 @@ fails with UNAVAILABLE, and `watch_health` lets the server report NOT_SERVING (`
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
-from fabrictwin.v1 import telemetry_pb2, telemetry_pb2_grpc
+from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
 from google.protobuf import timestamp_pb2
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from services.common.arrays import from_numeric_array
 from services.common.errors import InvalidArgument
@@ -72,7 +74,7 @@ def _source_to_proto(record: SourceRecord) -> telemetry_pb2.Source:
     )
 
 
-def _aggregation(value: int) -> Aggregation:
+def _aggregation(value: telemetry_pb2.Aggregation.ValueType) -> Aggregation:
     """AGGREGATION_UNSPECIFIED means AVG, as the proto says."""
     if value == telemetry_pb2.AGGREGATION_UNSPECIFIED:
         return Aggregation.AVG
@@ -120,7 +122,12 @@ def _rows_sent(batch: telemetry_pb2.SampleBatch) -> int:
         return 0
 
 
-def _add_reasons(reasons, outcome: IngestOutcome, number: int, room: int) -> None:  # type: ignore[no-untyped-def]
+def _add_reasons(
+    reasons: RepeatedCompositeFieldContainer[telemetry_pb2.RejectReason],
+    outcome: IngestOutcome,
+    number: int,
+    room: int,
+) -> None:
     for reason in outcome.reasons[: max(0, room)]:
         reasons.add(
             batch=number, row=reason.row, reason=f"batch.{reason.reason}", field=f"batch.{reason.field}"
@@ -204,7 +211,9 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
         await self._threads.write(self._store.delete_source, _source_id(request.name, "name"))
         return telemetry_pb2.DeleteSourceResponse()
 
-    def _decode(self, request: telemetry_pb2.IngestSamplesRequest) -> Decoded:
+    def _decode(
+        self, request: telemetry_pb2.IngestSamplesRequest | telemetry_pb2.IngestSamplesAckedRequest
+    ) -> Decoded:
         batch = request.batch
         try:
             arguments = _decode_batch(batch)
@@ -272,7 +281,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             limit=page_size(request.page_size, default=100),
         )
 
-    def _series_page(self, *args, **kwargs) -> telemetry_pb2.QuerySeriesResponse:  # type: ignore[no-untyped-def]
+    def _series_page(self, *args: Any, **kwargs: Any) -> telemetry_pb2.QuerySeriesResponse:
         # The response is built in the query thread too: thousands of points are not the loop's work.
         return _series_reply(self._store.query_series(*args, **kwargs))
 
@@ -330,6 +339,32 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             )
         ]
         return telemetry_pb2.GetUtilisationSkewResponse(points=points, rollup_ns=skew.rollup_ns)
+
+    async def GetPortHealth(self, request, context) -> telemetry_pb2.GetPortHealthResponse:
+        source_id = _source_id(request.source, "source")
+        await self._bind_fabric(source_id, request.ports.patterns)
+        found, start_ns, end_ns = await self._threads.query(
+            self._store.port_health,
+            source_id,
+            start_ns=request.time_range.start_ns,
+            end_ns=request.time_range.end_ns,
+            window_ns=request.window_ns,
+            port_patterns=list(request.ports.patterns),
+        )
+        return telemetry_pb2.GetPortHealthResponse(
+            ports=[
+                telemetry_pb2.PortHealth(
+                    port=h.port,
+                    rx_bytes=h.rx_bytes,
+                    symbol_errors=h.symbol_errors,
+                    rcv_errors=h.rcv_errors,
+                    link_downed=h.link_downed,
+                    estimated_ber=h.estimated_ber,
+                )
+                for h in found
+            ],
+            time_range=common_pb2.TimeRange(start_ns=start_ns, end_ns=end_ns),
+        )
 
     async def GetLossHistory(self, request, context) -> telemetry_pb2.GetLossHistoryResponse:
         history = await self._threads.query(

@@ -154,11 +154,11 @@ def list_sources(connection: Connection, offset: int, limit: int) -> tuple[list[
     return found, (offset + limit if len(rows) > limit else None)
 
 
-def update_source(connection: Connection, source_id: str, changes: Mapping[str, object]) -> SourceRecord:
+def update_source(connection: Connection, source_id: str, changes: Mapping[str, str | int]) -> SourceRecord:
     """Change `display_name` and/or `retention_ns` of a source."""
     current = read_source(connection, source_id, lock=True)
     values = dict(changes)
-    if "retention_ns" in values and int(values["retention_ns"]) < 0:  # type: ignore[call-overload]
+    if "retention_ns" in values and int(values["retention_ns"]) < 0:
         raise InvalidArgument("source.retention_ns", f"{values['retention_ns']} is negative")
     if values.get("display_name") == "":
         values["display_name"] = current.id

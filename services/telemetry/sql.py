@@ -66,13 +66,21 @@ _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, 
 _COPY_TRAILER = struct.pack("!h", -1)
 
 
-def dialect_insert(connection: Connection, table: sa.Table) -> sa.Insert:
+def dialect_insert(connection: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """INSERT with the ON CONFLICT clauses of the connection's database (SQLite or PostgreSQL)."""
     if connection.dialect.name == "postgresql":
         return postgresql.insert(table)
     if connection.dialect.name == "sqlite":
         return sqlite.insert(table)
     raise NotImplementedError(f"telemetry needs SQLite or PostgreSQL, not {connection.dialect.name}")
+
+
+def _psycopg(connection: Connection) -> psycopg.Connection[Any]:
+    """The psycopg connection under a PostgreSQL `connection`: COPY is the driver's own API."""
+    driver = connection.connection.driver_connection
+    if driver is None:
+        raise sa.exc.ResourceClosedError("the database connection is closed")
+    return driver
 
 
 @functools.lru_cache(maxsize=256)
@@ -160,7 +168,7 @@ def _upsert_state_by_staging(
     rows["metric_size"], rows["metric"] = 2, [_METRIC_NUMBERS[name] for name in metric]
     rows["time_ns_size"], rows["time_ns"] = 8, time_ns
     rows["reading_size"], rows["reading"] = 8, reading.view(np.int64)
-    driver = connection.connection.driver_connection
+    driver = _psycopg(connection)
     with driver.cursor() as cursor:
         cursor.execute(_CREATE_STATE_STAGING)
         cursor.execute(f"TRUNCATE {_state_staging.name}")
@@ -235,7 +243,7 @@ def _copy_into_partition(
     connection: Connection, source_key: int, port_id: np.ndarray, time_ns: np.ndarray, values: dict
 ) -> bool:
     """The fast path: COPY into the source's partition; False (nothing stored) if a row exists."""
-    driver = connection.connection.driver_connection  # psycopg, inside the caller's transaction
+    driver = _psycopg(connection)  # inside the caller's transaction
     table = partition_name("telemetry_samples", source_key)
     copy_sql = f"COPY {table} (source_key, port_id, time_ns, {', '.join(values)}) FROM STDIN (FORMAT BINARY)"
     with driver.cursor() as cursor:
@@ -254,7 +262,7 @@ def _insert_by_staging(
     connection: Connection, source_key: int, port_id: np.ndarray, time_ns: np.ndarray, values: dict
 ) -> int:
     names = list(values)
-    driver = connection.connection.driver_connection
+    driver = _psycopg(connection)
     with driver.cursor() as cursor:
         cursor.execute(_CREATE_STAGING)
         cursor.execute(f"TRUNCATE {_staging.name}")  # empty even if this transaction staged rows before

@@ -14,11 +14,13 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from services.common.db import make_engine
 from services.common.errors import InvalidArgument, NotFound
@@ -33,6 +35,7 @@ from services.telemetry.groups import FabricLinks, is_group
 from services.telemetry.ingest import StoredBatch, store_batch
 from services.telemetry.maintenance import SweepOutcome, sweep_source
 from services.telemetry.migrate import migrate_to_head
+from services.telemetry.port_health import PortHealth, port_health
 from services.telemetry.queries import DEFAULT_MAX_POINTS, SeriesPage, port_series, top_ports
 from services.telemetry.schema import METRIC_COLUMNS, sources
 from services.telemetry.selection import select_ports
@@ -66,6 +69,9 @@ class TopLinks(NamedTuple):
 
     ports: list[PortValue]
     rollup_ns: int
+
+
+MAX_HEALTH_WINDOW_NS = 10**15  # GetPortHealth.window_ns: as every simulated or stored time, at most 1e15 ns
 
 
 def _check_window(start_ns: int, end_ns: int) -> None:
@@ -121,7 +127,7 @@ class TelemetryStore:
         if engine.dialect.name == "postgresql":
             # JIT compilation of a window aggregate costs more (~0.5 s) than the scan it speeds up.
             @event.listens_for(engine, "connect")
-            def _no_jit(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            def _no_jit(dbapi_connection: psycopg.Connection[Any], _record: ConnectionPoolEntry) -> None:
                 with dbapi_connection.cursor() as cursor:
                     cursor.execute("SET jit = off")
 
@@ -167,7 +173,7 @@ class TelemetryStore:
         with self._reading() as connection:
             return source_sql.list_sources(connection, offset, limit)
 
-    def update_source(self, source_id: str, changes: Mapping[str, object]) -> SourceRecord:
+    def update_source(self, source_id: str, changes: Mapping[str, str | int]) -> SourceRecord:
         """Change `display_name` and/or `retention_ns`."""
         with self._writing() as connection:
             return source_sql.update_source(connection, source_id, changes)
@@ -386,6 +392,39 @@ class TelemetryStore:
             return loss_history(
                 connection, source.for_query(), port_id, start_ns, end_ns, step_ns, self.max_points
             )
+
+    def port_health(
+        self,
+        source_id: str,
+        *,
+        start_ns: int = 0,
+        end_ns: int = 0,
+        window_ns: int = 0,
+        port_patterns: Sequence[str] = (),
+    ) -> tuple[list[PortHealth], int, int]:
+        """Every selected port's health over [start_ns, end_ns), or over the last `window_ns` up to
+        the newest sample; the ports and the window read."""
+        _check_window(start_ns, end_ns)
+        if window_ns:
+            if start_ns or end_ns:
+                raise InvalidArgument("window_ns", "give either time_range or window_ns, not both")
+            if not 0 < window_ns <= MAX_HEALTH_WINDOW_NS:
+                raise InvalidArgument(
+                    "window_ns", f"must be in 1..{MAX_HEALTH_WINDOW_NS} ns, got {window_ns}"
+                )
+        with self._reading() as connection:
+            source = source_sql.read_source(connection, source_id)
+            query = source.for_query()
+            if query.newest_time_ns is None:
+                return [], 0, 0
+            if window_ns:
+                end_ns = query.newest_time_ns + 1
+                start_ns = max(0, end_ns - window_ns)
+            end_ns = query.end(start_ns, end_ns)
+            selected, everything = self._selection(connection, source, port_patterns)
+            names = dict(selected)
+            found = port_health(connection, query, PortSet(list(names), everything), names, start_ns, end_ns)
+        return found, start_ns, end_ns
 
     # Roll-ups and retention
 

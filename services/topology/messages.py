@@ -32,7 +32,7 @@ __all__ = [
 IMPORT_FORMATS = ("ibnetdiscover", "json", "lldp", "ns3_hpcc")
 
 
-def engine_name(value: int, field: str) -> str | None:
+def engine_name(value: topology_pb2.RoutingEngine.ValueType, field: str) -> str | None:
     """'minhop' for ROUTING_ENGINE_MINHOP; None for UNSPECIFIED; InvalidArgument for unknown numbers."""
     if value == topology_pb2.ROUTING_ENGINE_UNSPECIFIED:
         return None
@@ -41,11 +41,11 @@ def engine_name(value: int, field: str) -> str | None:
     return topology_pb2.RoutingEngine.Name(value).removeprefix("ROUTING_ENGINE_").lower()
 
 
-def engine_value(name: str) -> int:
+def engine_value(name: str) -> topology_pb2.RoutingEngine.ValueType:
     return topology_pb2.RoutingEngine.Value("ROUTING_ENGINE_" + name.upper())
 
 
-def format_name(value: int, field: str = "format") -> str:
+def format_name(value: topology_pb2.TopologyFormat.ValueType, field: str = "format") -> str:
     """'ibnetdiscover' for TOPOLOGY_FORMAT_IBNETDISCOVER; InvalidArgument for UNSPECIFIED or unknown."""
     if value == topology_pb2.TOPOLOGY_FORMAT_UNSPECIFIED:
         raise InvalidArgument(field, "choose a format")
@@ -85,7 +85,7 @@ def node_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Node:
     return topology_pb2.Node(
         name=node_name(fabric_id, fabric, i),
         index=i,
-        kind=int(fabric.node_kind[i]),
+        kind=topology_pb2.NodeKind.ValueType(fabric.node_kind[i]),
         display_name=fabric.node_names[i],
         tier=int(fabric.node_tier[i]),
         radix=int(fabric.node_radix[i]),
@@ -108,7 +108,7 @@ def link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
         port_b=int(fabric.link_port_b[i]),
         speed_gbps=int(fabric.link_rate_bps[i]) / 1e9,
         latency_ns=int(fabric.link_latency_ns[i]),
-        state=int(fabric.link_state[i]),
+        state=topology_pb2.LinkState.ValueType(fabric.link_state[i]),
         bit_error_rate=float(fabric.link_ber[i]),
         display_name=fabric.link_names[i],
         port_name_a=port_names[0][i] if port_names is not None else "",
@@ -131,7 +131,9 @@ def routing_summary(change: RoutingChange) -> topology_pb2.RoutingSummary:
 
 
 def event_message(event: FabricEvent) -> topology_pb2.FabricEvent:
-    message = topology_pb2.FabricEvent(kind=int(event.kind), fabric=f"fabrics/{event.fabric_id}")
+    message = topology_pb2.FabricEvent(
+        kind=topology_pb2.FabricEventKind.ValueType(event.kind), fabric=f"fabrics/{event.fabric_id}"
+    )
     message.time.FromDatetime(event.time)
     if event.link is not None and event.routing is not None:
         message.link.CopyFrom(link_message(event.fabric_id, event.routing.routed.fabric, event.link))

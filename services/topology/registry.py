@@ -352,17 +352,34 @@ class FabricRegistry:
     async def set_link_state(self, fabric_id: str, link: int, state: LinkState, ber: float) -> LinkChange:
         """Set one link's state (and bit error rate while DEGRADED), reroute incrementally, persist,
         and publish LINK_STATE_CHANGED then ROUTES_CHANGED. Setting the state it has changes nothing."""
+        return LinkChange(link, await self.set_link_states(fabric_id, [(link, state, ber)]))
+
+    async def set_link_states(
+        self, fabric_id: str, changes: Sequence[tuple[int, LinkState, float]]
+    ) -> RoutingChange:
+        """Set several links' states at once: one reroute, one new routing version, one transaction;
+        every link checked before anything changes. LINK_STATE_CHANGED for each link that changed,
+        then one ROUTES_CHANGED. Links already in the asked state change nothing."""
         async with self._locks[fabric_id]:
             current = await self.routed(fabric_id)
             fabric = current.fabric
-            if not 0 <= link < fabric.num_links:
-                raise InvalidArgument("name", f"fabrics/{fabric_id} has no link {link}")
-            ber = ber if state == LinkState.DEGRADED else 0.0
-            if fabric.link_state[link] == state and fabric.link_ber[link] == ber:
-                unchanged = dataclasses.replace(current.routes, compute_ns=0, incremental=True)
-                return LinkChange(link, RoutingChange(dataclasses.replace(current, routes=unchanged), 0, 0))
+            seen: set[int] = set()
+            for link, _, _ in changes:
+                if not 0 <= link < fabric.num_links:
+                    raise InvalidArgument("name", f"fabrics/{fabric_id} has no link {link}")
+                if link in seen:
+                    raise InvalidArgument("changes", f"fabrics/{fabric_id}/links/{link} is named twice")
+                seen.add(link)
             states, bers = fabric.link_state.copy(), fabric.link_ber.copy()
-            states[link], bers[link] = state, ber
+            changed_links = []
+            for link, state, ber in changes:
+                ber = ber if state == LinkState.DEGRADED else 0.0
+                if states[link] != state or bers[link] != ber:
+                    states[link], bers[link] = state, ber
+                    changed_links.append(link)
+            if not changed_links:
+                unchanged = dataclasses.replace(current.routes, compute_ns=0, incremental=True)
+                return RoutingChange(dataclasses.replace(current, routes=unchanged), 0, 0)
             changed = dataclasses.replace(fabric, link_state=states, link_ber=bers)
             dump = None
             if current.record.routing_engine == FILE_ENGINE:
@@ -373,18 +390,17 @@ class FabricRegistry:
                 diff_routes, fabric, current.routes, changed, routes, routes.changed_rows
             )
             record = await asyncio.to_thread(
-                self.store.set_link_state,
+                self.store.set_link_states,
                 fabric_id,
-                link,
-                int(state),
-                float(ber),
+                [(link, int(states[link]), float(bers[link])) for link in changed_links],
                 current.record.routing_version + 1,
                 _now(),
             )
             routing = RoutingChange(self._remember(RoutedFabric(record, changed, routes)), entries, switches)
         now = _now()
-        self.events.publish(
-            FabricEvent(EventKind.LINK_STATE_CHANGED, fabric_id, now, link=link, routing=routing)
-        )
+        for link in changed_links:
+            self.events.publish(
+                FabricEvent(EventKind.LINK_STATE_CHANGED, fabric_id, now, link=link, routing=routing)
+            )
         self.events.publish(FabricEvent(EventKind.ROUTES_CHANGED, fabric_id, now, routing=routing))
-        return LinkChange(link, routing)
+        return routing

@@ -70,6 +70,30 @@ def _child(name: str, collection: str, field: str = "name") -> tuple[str, str]:
     return _fabric_id(parent, field), child
 
 
+_MAX_LINK_CHANGES = 100_000  # SetLinkStates: changes in one request
+
+
+def _checked_state(request: topology_pb2.SetLinkStateRequest, prefix: str = "") -> float:
+    """The bit error rate of a valid state change; INVALID_ARGUMENT naming the field otherwise."""
+    if request.state not in (
+        topology_pb2.LINK_STATE_UP,
+        topology_pb2.LINK_STATE_DOWN,
+        topology_pb2.LINK_STATE_DEGRADED,
+    ):
+        raise InvalidArgument(
+            prefix + "state", "must be LINK_STATE_UP, LINK_STATE_DOWN or LINK_STATE_DEGRADED"
+        )
+    ber = request.bit_error_rate
+    if request.state == topology_pb2.LINK_STATE_DEGRADED:
+        if not 0.0 < ber < 1.0:
+            raise InvalidArgument(
+                prefix + "bit_error_rate", f"a DEGRADED link needs a bit error rate in (0, 1), got {ber}"
+            )
+    elif ber:
+        raise InvalidArgument(prefix + "bit_error_rate", "only a DEGRADED link has a bit error rate")
+    return ber
+
+
 def _link_index(routed: RoutedFabric, name: str, link: str) -> int:
     """A link given by index or display name; NotFound naming it otherwise (AIP-131, as GetLink)."""
     fabric = routed.fabric
@@ -311,26 +335,38 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
 
     async def SetLinkState(self, request, context):
         fabric_id, link = _child(request.name, "links")
-        if request.state not in (
-            topology_pb2.LINK_STATE_UP,
-            topology_pb2.LINK_STATE_DOWN,
-            topology_pb2.LINK_STATE_DEGRADED,
-        ):
-            raise InvalidArgument("state", "must be LINK_STATE_UP, LINK_STATE_DOWN or LINK_STATE_DEGRADED")
-        ber = request.bit_error_rate
-        if request.state == topology_pb2.LINK_STATE_DEGRADED:
-            if not 0.0 < ber < 1.0:
-                raise InvalidArgument(
-                    "bit_error_rate", f"a DEGRADED link needs a bit error rate in (0, 1), got {ber}"
-                )
-        elif ber:
-            raise InvalidArgument("bit_error_rate", "only a DEGRADED link has a bit error rate")
+        ber = _checked_state(request)
         routed = await self.registry.routed(fabric_id)
         index = _link_index(routed, request.name, link)
         change = await self.registry.set_link_state(fabric_id, index, LinkState(request.state), ber)
         return topology_pb2.SetLinkStateResponse(
             link=link_message(fabric_id, change.routing.routed.fabric, index),
             routing=routing_summary(change.routing),
+        )
+
+    async def SetLinkStates(self, request, context):
+        fabric_id = _fabric_id(request.fabric, "fabric")
+        if len(request.changes) > _MAX_LINK_CHANGES:
+            raise InvalidArgument("changes", f"{len(request.changes)} changes; at most {_MAX_LINK_CHANGES}")
+        routed = await self.registry.routed(fabric_id)
+        changes = []
+        for i, change in enumerate(request.changes):
+            field = f"changes[{i}]"
+            owner, link = _child(change.name, "links", f"{field}.name")
+            if owner != fabric_id:
+                raise InvalidArgument(
+                    f"{field}.name", f"{excerpt(change.name)} is not a link of {request.fabric}"
+                )
+            ber = _checked_state(change, field + ".")
+            try:
+                index = _link_index(routed, change.name, link)
+            except NotFound as exc:
+                raise InvalidArgument(f"{field}.name", str(exc)) from None
+            changes.append((index, LinkState(change.state), ber))
+        routing = await self.registry.set_link_states(fabric_id, changes)
+        return topology_pb2.SetLinkStatesResponse(
+            links=[link_message(fabric_id, routing.routed.fabric, index) for index, _, _ in changes],
+            routing=routing_summary(routing),
         )
 
     async def WatchFabric(self, request, context):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -278,24 +279,25 @@ class TopologyStore:
             ).first()
         return None if row is None else row[0]
 
-    def set_link_state(
-        self, fabric_id: str, link: int, state: int, ber: float, version: int, when: dt.datetime
+    def set_link_states(
+        self, fabric_id: str, changes: Sequence[tuple[int, int, float]], version: int, when: dt.datetime
     ) -> FabricRecord:
-        """Store a link's state and the fabric's new routing version in one transaction."""
+        """Store links' states `(index, state, ber)` and the fabric's new routing version in one
+        transaction: all of them or (NotFound for a missing link) none."""
         with self.engine.begin() as conn:
-            changed = conn.execute(
-                update(self.links)
-                .where(self.links.c.fabric_id == fabric_id, self.links.c.idx == link)
-                .values(state=state, ber=ber)
-            ).rowcount
-            if changed:
-                conn.execute(
-                    update(self.fabrics)
-                    .where(self.fabrics.c.id == fabric_id)
-                    .values(routing_version=version, update_time=when)
-                )
-        if not changed:
-            raise NotFound(f"fabrics/{fabric_id}/links/{link} does not exist")
+            for link, state, ber in changes:
+                changed = conn.execute(
+                    update(self.links)
+                    .where(self.links.c.fabric_id == fabric_id, self.links.c.idx == link)
+                    .values(state=state, ber=ber)
+                ).rowcount
+                if not changed:  # rolls the whole transaction back
+                    raise NotFound(f"fabrics/{fabric_id}/links/{link} does not exist")
+            conn.execute(
+                update(self.fabrics)
+                .where(self.fabrics.c.id == fabric_id)
+                .values(routing_version=version, update_time=when)
+            )
         return self.get(fabric_id)
 
     def update_fabric(self, fabric_id: str, values: dict[str, Any], when: dt.datetime) -> FabricRecord:
@@ -331,8 +333,8 @@ class TopologyStore:
                     self.imports.c.fabric_id == fabric_id
                 )
             ).first()
-        node_cols = list(zip(*nodes, strict=True)) if nodes else [[] for _ in range(9)]
-        link_cols = list(zip(*links, strict=True)) if links else [[] for _ in range(9)]
+        node_cols: list[Sequence[Any]] = list(zip(*nodes, strict=True)) if nodes else [[] for _ in range(9)]
+        link_cols: list[Sequence[Any]] = list(zip(*links, strict=True)) if links else [[] for _ in range(9)]
         return Fabric(
             node_kind=np.array(node_cols[1], dtype=np.int8),
             node_tier=np.array(node_cols[2], dtype=np.int8),

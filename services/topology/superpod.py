@@ -133,9 +133,9 @@ def build_superpod(
     else:
         cores = 0
     # Every GPU has one cable up from each tier but the top: to its leaf, leaf to spine, spine to core.
-    links = hosts + leaves * nodes + (spines * nodes if three_tier else 0)
+    link_count = hosts + leaves * nodes + (spines * nodes if three_tier else 0)
     check_routable_size(leaves + spines + cores, hosts, field("scalable_units"))
-    admit(FabricSize(hosts + leaves + spines + cores, links, radix))
+    admit(FabricSize(hosts + leaves + spines + cores, link_count, radix))
 
     # Hosts in (SU, node, GPU) order; leaf (su, g) is leaf number su * gpus + g.
     su, node, gpu = (
@@ -173,7 +173,7 @@ def build_superpod(
         port_a.append(_ports_by_arrival(core, cores, 1))
         b.append(spine0 + sender)
         port_b.append(nodes + 1 + uplink)
-    links = tuple(np.concatenate(part) for part in (a, port_a, b, port_b))
+    links = (np.concatenate(a), np.concatenate(port_a), np.concatenate(b), np.concatenate(port_b))
     switch_links = links[0].shape[0] - hosts
 
     tier = np.concatenate([np.zeros(hosts), np.ones(leaves), np.full(spines, 2), np.full(cores, 3)])

@@ -67,6 +67,10 @@ class Exporters:
             lines.append(f"node_network_transmit_bytes_total{{{label}}} {values['tx']:.0f}")
             lines.append(f"node_network_receive_bytes_total{{{label}}} {values['rx']:.0f}")
             lines.append(f"node_network_speed_bytes{{{label}}} {GBPS * 1e9 / 8:.0f}")
+            if "errs" in values:
+                lines.append(f"node_network_receive_errs_total{{{label}}} {values['errs']:.0f}")
+            if "downs" in values:
+                lines.append(f"node_network_carrier_down_changes_total{{{label}}} {values['downs']:.0f}")
             state = "up" if values.get("up", 1) else "down"
             lines.append(f'node_network_info{{address="",broadcast="",{label},operstate="{state}"}} 1')
         lines.append('node_network_transmit_bytes_total{device="lo"} 12345')
@@ -176,6 +180,37 @@ def test_the_mirror_imports_the_cabling_ingests_every_poll_and_follows_link_stat
     exporters.devices["leaf-0"]["swp4"]["up"] = 1
     up = mirror.poll()
     assert [(c.link, c.state) for c in up.link_changes] == [("spine-1/p1<->leaf-0/p4", "UP")]
+
+
+def test_with_a_health_table_the_mirror_marks_erring_links_degraded_and_dropped_ones_down(
+    client, exporters, tmp_path
+):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    for node, device in (("leaf-0", "swp3"), ("leaf-1", "swp3")):
+        exporters.devices[node][device] |= {"errs": 0, "downs": 0}
+    text = (
+        mirror_config(exporters, tmp_path / "lldp") + "\n[health]\nwindow_s = 3600\nber_threshold = 1e-10\n"
+    )
+    mirror = FabricMirror(client, parse_mirror_config(text))
+    try:
+        mirror.start()
+        assert mirror.poll().health_changes == []  # the first scrape: no traffic, nothing to say
+        exporters.devices["leaf-0"]["swp3"]["rx"] += 10**9
+        exporters.devices["leaf-0"]["swp3"]["errs"] += 100  # 100 errors in 8e9 bits: 1.25e-8
+        exporters.devices["leaf-1"]["swp3"]["rx"] += 10**9
+        exporters.devices["leaf-1"]["swp3"]["downs"] += 1
+        report = mirror.poll()
+        assert sorted((c.link, c.state) for c in report.health_changes) == [
+            ("spine-0/p1<->leaf-0/p3", "DEGRADED"),
+            ("spine-0/p2<->leaf-1/p3", "DOWN"),
+        ], report.health_error
+        degraded = client.fabrics.link("ls", "spine-0/p1<->leaf-0/p3")
+        assert degraded.state == 3 and degraded.bit_error_rate == pytest.approx(100 / 8e9, rel=1e-12)
+        assert client.fabrics.link("ls", "spine-0/p2<->leaf-1/p3").state == 2  # LINK_STATE_DOWN
+        assert mirror.poll().health_changes == []  # said once
+    finally:
+        mirror.close()
 
 
 def test_a_hanging_or_malformed_target_is_reported_and_backed_off_while_the_others_are_stored(
@@ -321,6 +356,10 @@ def test_mirror_config_mistakes_name_the_key(tmp_path):
         base + '[lldp]\ncommand = "ssh x"\nnodes = ["a"]\n': "lldp.command: must contain {node}",
         'fabric = "f"\n[lldp]\ndirectory = "/x"\n': "source: name the telemetry source",
         "fabric = \n": "not TOML",
+        base
+        + "[lldp]\ndirectory = '/x'\n[health]\nber_threshold = 1.5\n": "health.ber_threshold: must be in (0, 1)",
+        base + "[lldp]\ndirectory = '/x'\n[health]\nwindow_s = 0\n": "health.window_s: must be > 0",
+        base + "[lldp]\ndirectory = '/x'\n[health]\nwindow = 5\n": "health.window: unknown key",
     }
     for text, expected in cases.items():
         with pytest.raises(InvalidArgumentError) as caught:

@@ -102,7 +102,7 @@ def test_link_states_labels_and_the_file_engines_dump_survive_a_new_store_on_the
     fabric = fat_tree(4)
     store.add(record_for(fabric), fabric)
     now = dt.datetime.now(dt.UTC)
-    record = store.set_link_state("fab-one", 7, int(LinkState.DEGRADED), 1e-6, 2, now)
+    record = store.set_link_states("fab-one", [(7, int(LinkState.DEGRADED), 1e-6)], 2, now)
     assert record.routing_version == 2
     store.update_fabric("fab-one", {"display_name": "renamed", "labels": {"x": "y"}}, now)
     store.set_routing("fab-one", "file", 3, now, lfts_dump="Unicast lids ...\n")
@@ -119,8 +119,9 @@ def test_link_states_labels_and_the_file_engines_dump_survive_a_new_store_on_the
         3,
     )
     assert again.routing_file("fab-one") == "Unicast lids ...\n"
-    with pytest.raises(NotFound):
-        again.set_link_state("fab-one", 999, 2, 0.0, 4, now)
+    with pytest.raises(NotFound):  # the first link exists: all or nothing
+        again.set_link_states("fab-one", [(3, 2, 0.0), (999, 2, 0.0)], 4, now)
     assert again.get("fab-one").routing_version == 3  # nothing changed
+    assert again.load_fabric("fab-one").link_state[3] == LinkState.UP
     again.delete("fab-one")
     assert again.routing_file("fab-one") is None

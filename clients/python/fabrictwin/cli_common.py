@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 Handler = Callable[[Client, argparse.Namespace], int]
+ShownMessage = TypeVar("ShownMessage", bound=Message)
 
 
 class InputError(ValueError):
@@ -106,7 +107,9 @@ def choice(enum_type: Any) -> dict[str, Any]:
     }
 
 
-def subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubParsersAction:
+def subcommands(
+    parser: argparse.ArgumentParser, title: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """A required group of subcommands (`fabrictwin fabric` alone is a usage error, exit 2)."""
     group = parser.add_subparsers(title=title, dest=f"{title}_command", metavar="COMMAND")
     group.required = True
@@ -114,7 +117,11 @@ def subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubPar
 
 
 def leaf(
-    group: argparse._SubParsersAction, name: str, handler: Handler, summary: str, description: str = ""
+    group: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Handler,
+    summary: str,
+    description: str = "",
 ) -> argparse.ArgumentParser:
     """A runnable subcommand with `--help` and `--json`, calling `handler`."""
     parser = group.add_parser(
@@ -144,7 +151,7 @@ def print_json(value: Any) -> None:
     )
 
 
-def emit(args: argparse.Namespace, message: Message, human: Callable[[Message], str]) -> None:
+def emit(args: argparse.Namespace, message: ShownMessage, human: Callable[[ShownMessage], str]) -> None:
     """Print one message: JSON with --json, else `human(message)`."""
     if args.json:
         print_json(message_dict(message))

@@ -37,7 +37,7 @@ def _run(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `example list` and `example run` to the root parser's subcommands."""
     example = root.add_parser("example", help="the shipped example scenarios (transports and faults)")
     example.description = "Example scenarios: each runs a few simulations side by side and explains them."

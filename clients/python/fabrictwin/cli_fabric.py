@@ -264,7 +264,7 @@ def _watch(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `fabric` and its subcommands to the root parser's subcommands."""
     fabric = root.add_parser("fabric", help="build, import, inspect and change fabrics (topology service)")
     fabric.description = (

@@ -32,6 +32,10 @@ def _poll_line(report: PollReport) -> str:
         line += f"\n  backing off: {', '.join(sorted(report.skipped))}"
     for change in report.link_changes:
         line += f"\n  link {change.link} {change.state}: {change.reason}"
+    for change in report.health_changes:
+        line += f"\n  health: link {change.link} {change.state}: {change.reason}"
+    if report.health_error:
+        line += f"\n  health not assessed: {report.health_error}"
     return line
 
 
@@ -87,7 +91,7 @@ def _mirror(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = leaf(
         root,
         "mirror",

@@ -105,7 +105,7 @@ def _diagnose(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `scenario` and its subcommands to the root parser's subcommands."""
     scenario = root.add_parser("scenario", help="scenarios, runs, comparisons, diagnosis (orchestrator)")
     scenario.description = "Scenarios compare load-balancing modes on one workload; runs simulate every mode."

@@ -319,7 +319,7 @@ def _watch(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `simulate` and `simulation ...` to the root parser's subcommands."""
     p = leaf(
         root,

@@ -8,11 +8,12 @@ Ingest commands (`ingest-csv`, `import`, `mirror`) live in `cli_telemetry_ingest
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Sequence
 
-from fabrictwin import cli_telemetry_ingest
-from fabrictwin.cli_common import choice, duration_arg, emit, emit_list, leaf, subcommands
+from fabrictwin import cli_telemetry_ingest, link_health
+from fabrictwin.cli_common import choice, duration_arg, emit, emit_list, leaf, print_json, subcommands
 from fabrictwin.client import Client
 from fabrictwin.format import format_percent, render_table
 from fabrictwin.tables import port_values_table, series_table, sources_table
@@ -145,6 +146,35 @@ def _loss(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def _health(client: Client, args: argparse.Namespace) -> int:
+    report = link_health.check_links(
+        client, args.source, window_ns=args.window, ber_threshold=args.ber_threshold, apply=args.apply
+    )
+    shown = report.verdicts if args.all else report.changes
+    if args.json:
+        print_json(
+            {
+                "fabric": report.fabric,
+                "window": {"start_ns": report.window[0], "end_ns": report.window[1]},
+                "links": [dataclasses.asdict(v) | {"changed": v.changed} for v in shown],
+                "applied": report.applied,
+            }
+        )
+        return 0
+    rows = [
+        [v.name, v.current, v.state, f"{v.bit_error_rate:.3g}" if v.bit_error_rate else "", v.reason]
+        for v in shown
+    ]
+    print(render_table(["link", "now", "counters say", "BER", "why"], rows))
+    verb = "applied" if report.applied is not None else "to apply (--apply)"
+    routing = (
+        f"; routing version {report.applied.routing.routing_version}" if report.applied is not None else ""
+    )
+    counts = f"{len(report.verdicts)} links assessed in {report.fabric}; {len(report.changes)} changes"
+    print(f"{counts} {verb}{routing}")
+    return 0
+
+
 def _window_options(parser: argparse.ArgumentParser, ports: bool = True) -> None:
     parser.add_argument("source", help="telemetry source (ID or sources/ID)")
     if ports:
@@ -162,7 +192,7 @@ def _metric_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _source_commands(group: argparse._SubParsersAction) -> None:
+def _source_commands(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     leaf(group, "sources", _sources, "list telemetry sources")
     p = leaf(group, "create-source", _create_source, "create a telemetry source")
     p.add_argument("id", help="source id (sources/ID)")
@@ -183,7 +213,7 @@ def _source_commands(group: argparse._SubParsersAction) -> None:
     )
 
 
-def register(root: argparse._SubParsersAction) -> None:
+def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `telemetry` and its subcommands to the root parser's subcommands."""
     telemetry = root.add_parser("telemetry", help="telemetry sources, ingest and queries (telemetry service)")
     telemetry.description = "Per-port time series of live clusters and simulated runs."
@@ -206,4 +236,21 @@ def register(root: argparse._SubParsersAction) -> None:
     _window_options(p, ports=False)
     p.add_argument("--port", required=True, help="the port")
     p.add_argument("--step", type=duration_arg, default=0, help="interval (default 0: the whole window)")
+    p = leaf(
+        group,
+        "health",
+        _health,
+        "link states from a source's recent error and LinkDowned counters (DEGRADED / DOWN / UP)",
+        link_health.__doc__ or "",
+    )
+    p.add_argument("source", help="telemetry source (ID or sources/ID); its fabric's links are assessed")
+    p.add_argument("--window", type=duration_arg, default=15 * 60 * 10**9, help="how far back (default 15m)")
+    p.add_argument(
+        "--ber-threshold",
+        type=float,
+        default=link_health.DEFAULT_BER_THRESHOLD,
+        help="DEGRADED above this estimated bit error rate (default 1e-12), in (0, 1)",
+    )
+    p.add_argument("--apply", action="store_true", help="set the changes on the fabric (one routing version)")
+    p.add_argument("--all", action="store_true", help="list every assessed link, not only the changes")
     cli_telemetry_ingest.register(group)

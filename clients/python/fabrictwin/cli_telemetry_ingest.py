@@ -14,8 +14,8 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Iterator
-from typing import BinaryIO, TextIO
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, TextIO
 
 from fabrictwin.cli_common import (
     InputError,
@@ -77,8 +77,9 @@ def _decoded(stream: TextIO | BinaryIO, path: str) -> Iterator[str]:
     decoder reads ahead, so its error can only say after which line it happened.
     """
     number = 0
+    lines: Iterable[str | bytes] = stream
     try:
-        for number, line in enumerate(stream, start=1):
+        for number, line in enumerate(lines, start=1):
             if isinstance(line, bytes):
                 try:
                     line = line.decode("utf-8")
@@ -131,7 +132,7 @@ def _ingest_csv(client: Client, args: argparse.Namespace) -> int:
     return _report(args, response)
 
 
-def _naming(args: argparse.Namespace, where: str) -> dict:
+def _naming(args: argparse.Namespace, where: str) -> dict[str, Any]:
     try:
         lids = {int(lid): name for lid, name in args.lid}
     except ValueError:
@@ -228,7 +229,7 @@ def _format_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(group: argparse._SubParsersAction) -> None:
+def register(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `ingest-csv`, `import` and `mirror` to the `telemetry` subcommands."""
     p = leaf(group, "ingest-csv", _ingest_csv, "ingest a CSV file of port samples", _INGEST_HELP)
     p.add_argument("source", help="telemetry source (ID or sources/ID); create it first with create-source")

@@ -123,14 +123,16 @@ class Connection:
         except grpc.RpcError as exc:
             raise self.error(exc) from None
 
-    def client_stream(self, method: Callable[..., T], requests: Iterable[Any], *, timeout: float | None) -> T:
+    def client_stream(
+        self, method: grpc.StreamUnaryMultiCallable[Any, T], requests: Iterable[Any], *, timeout: float | None
+    ) -> T:
         """Call a client-streaming method with an iterable of requests.
 
         An exception raised by `requests` itself reaches the caller unchanged (gRPC iterates it in
         its own thread and would otherwise report only an anonymous CANCELLED).
         """
         guarded = _GuardedIterator(requests)
-        future = method.future(guarded, timeout=timeout, metadata=self.metadata)  # type: ignore[attr-defined]
+        future = method.future(guarded, timeout=timeout, metadata=self.metadata)
         guarded.on_error = future.cancel
         if guarded.error is not None:  # raised before on_error was set
             future.cancel()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 from collections.abc import Callable
+from typing import Any
 
 from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError
@@ -35,7 +36,7 @@ def _fabric(client: Client) -> None:
 
 def run_demo(
     client: Client, out_dir: str | pathlib.Path = ".fabrictwin", say: Callable[[str], None] = print
-) -> dict:
+) -> dict[str, Any]:
     """Run the demo scenario on the services `client` points at; returns what it printed, as data."""
     _fabric(client)
     modes = [
@@ -104,7 +105,9 @@ def run_demo(
     }
 
 
-def _packet_comparison(client: Client, say: Callable[[str], None]) -> tuple:
+def _packet_comparison(
+    client: Client, say: Callable[[str], None]
+) -> tuple[scenario_pb2.Run, scenario_pb2.Comparison]:
     """The same ring, smaller, packet by packet: queues, drops, reordering, flowlets."""
     modes = [
         load_balancing("ecmp", seed=1, label="ECMP"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
 
 from fabrictwin.client import Client
 from fabrictwin.errors import NotFoundError
@@ -69,7 +70,9 @@ def _host_link(client: Client, fabric: str) -> topology_pb2.Link:
     return next(link for link in client.fabrics.links(fabric) if first in (link.node_a, link.node_b))
 
 
-def _spec(fabric: str, jobs: Sequence[simulation_pb2.Job], mode: str = "ECMP", **fields) -> S.SimulationSpec:
+def _spec(
+    fabric: str, jobs: Sequence[simulation_pb2.Job], mode: str = "ECMP", **fields: Any
+) -> S.SimulationSpec:
     return S.SimulationSpec(
         fabric=fabric,
         fidelity=fields.pop("fidelity", S.FIDELITY_PACKET),
@@ -82,7 +85,7 @@ def _spec(fabric: str, jobs: Sequence[simulation_pb2.Job], mode: str = "ECMP", *
     )
 
 
-def _ring(size: int, placement: int = S.PLACEMENT_POLICY_PACKED) -> S.Job:
+def _ring(size: int, placement: S.PlacementPolicy.ValueType = S.PLACEMENT_POLICY_PACKED) -> S.Job:
     return S.Job(collective=S.COLLECTIVE_ALL_REDUCE, size_bytes=size, rank_count=16, placement=placement)
 
 
@@ -99,7 +102,16 @@ def _job(simulation: S.Simulation, label: str) -> S.JobResult:
 # Gilbert-Elliott: P(good->bad) 0.002, P(bad->good) 0.1 per packet: 2% of packets in the bad state,
 # losing half there, so 1% on average, in bursts of about ten packets. The same mean loss as
 # independent bit errors: 0.0098 = 1 - (1 - BER)^(4178 x 8).
-MARGINAL = dict(good_loss=0.0, bad_loss=0.5, p_good_to_bad=0.002, p_bad_to_good=0.1)
+class _GilbertElliott(TypedDict):
+    """A Fault's Gilbert-Elliott fields (typed, for `S.Fault(..., **MARGINAL)`)."""
+
+    good_loss: float
+    bad_loss: float
+    p_good_to_bad: float
+    p_bad_to_good: float
+
+
+MARGINAL = _GilbertElliott(good_loss=0.0, bad_loss=0.5, p_good_to_bad=0.002, p_bad_to_good=0.1)
 SAME_MEAN_BER = 2.95e-7
 
 
@@ -178,12 +190,28 @@ def _pfc_explain(results: list[tuple[str, S.Simulation]]) -> list[str]:
 # its two input ports alike, so PFC alone gives host-1 half of host-0's port and the others a sixth each.
 # "Tuned": a CNP per 4 us (ConnectX's minimum interval), marking from 5 KB to Pmax 0.2 at 50 KB, R_AI
 # 500 Mb/s.
-TUNED_DCQCN = dict(cnp_interval_ns=4000, ecn_kmax_bytes=50_000, ecn_pmax=0.2, rate_ai_mbps=500.0)
+class _DcqcnTuning(TypedDict):
+    """RoceConfig's DCQCN tuning fields (typed, for `S.RoceConfig(..., **TUNED_DCQCN)`)."""
+
+    cnp_interval_ns: int
+    ecn_kmax_bytes: int
+    ecn_pmax: float
+    rate_ai_mbps: float
+
+
+class _LosslessRoce(TypedDict):
+    """RoceConfig's PFC and Go-Back-N fields."""
+
+    pfc: bool
+    window_bytes: int
+
+
+TUNED_DCQCN = _DcqcnTuning(cnp_interval_ns=4000, ecn_kmax_bytes=50_000, ecn_pmax=0.2, rate_ai_mbps=500.0)
 
 
 def _dcqcn_runs(client: Client, fabric: str) -> list[tuple[str, S.SimulationSpec]]:
     jobs = [_flows("incast", _hosts(client, fabric), [(1, 0), (4, 0), (5, 0), (6, 0)], 16 << 20)]
-    common = dict(pfc=True, window_bytes=1 << 20)
+    common = _LosslessRoce(pfc=True, window_bytes=1 << 20)
     return [
         ("pfc-only", _spec(fabric, jobs, roce=S.RoceConfig(**common), buffer_bytes=4 << 20)),
         (
@@ -248,8 +276,10 @@ def _sharp_runs(client: Client, fabric: str) -> list[tuple[str, S.SimulationSpec
     sharp = S.Job()
     sharp.CopyFrom(ring)
     sharp.algorithm = S.COLLECTIVE_ALGORITHM_SHARP
-    flow = dict(fidelity=S.FIDELITY_FLOW, transport=S.TRANSPORT_INFINIBAND)
-    return [("ring", _spec(fabric, [ring], **flow)), ("sharp", _spec(fabric, [sharp], **flow))]
+    return [
+        ("ring", _spec(fabric, [ring], fidelity=S.FIDELITY_FLOW, transport=S.TRANSPORT_INFINIBAND)),
+        ("sharp", _spec(fabric, [sharp], fidelity=S.FIDELITY_FLOW, transport=S.TRANSPORT_INFINIBAND)),
+    ]
 
 
 def _sharp_explain(results: list[tuple[str, S.Simulation]]) -> list[str]:
@@ -350,9 +380,10 @@ def run_example(
     fabric = _fabric(client, example.fabric_id)
     runs = example.runs(client, fabric)
     started = [(label, client.simulations.start(spec).name) for label, spec in runs]
-    for _, sim in started:
-        client.simulations.wait(sim, timeout=timeout)
-    finished = [(label, client.simulations.get(sim)) for label, sim in started]  # with per-flow results
+    for _, simulation_name in started:
+        client.simulations.wait(simulation_name, timeout=timeout)
+    # with per-flow results
+    finished = [(label, client.simulations.get(simulation_name)) for label, simulation_name in started]
     failed = [(label, sim) for label, sim in finished if sim.state != common_pb2.JOB_STATE_SUCCEEDED]
     if failed:
         label, sim = failed[0]

@@ -15,6 +15,10 @@
    `FABRIC-vN` (labels `fabrictwin.io/mirror-of`, `fabrictwin.io/cabling-version`) with its own
    source `SOURCE-vN`, and the mirror goes on with those. The old fabric and source stay as they
    were, so runs and samples keep pointing at the cabling they had.
+4. With a `[health]` table, after a poll (every `health.interval_s`): the links' states from the
+   source's last `health.window_s` of error and LinkDowned counters (`fabrictwin.link_health`),
+   all changes in one SetLinkStates. A link the mirror holds DOWN because a port is operationally
+   down is left to that rule.
 
 Each step returns a report (what was scraped, stored, changed, and what failed) for the caller to
 print; nothing here prints.
@@ -29,8 +33,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
 from fabrictwin.importers import FormatError, PortReading, columns_of, port_states, prometheus
+from fabrictwin.link_health import apply_verdicts, assess
 from fabrictwin.lldp import LldpError, cable_name, collect_documents, read_cabling, read_documents
 from fabrictwin.mirror_config import MirrorConfig, TargetConfig
 from fabrictwin.names import resource_name
@@ -49,7 +55,7 @@ class LinkChange:
     """A link state the mirror set, and why."""
 
     link: str
-    state: str  # UP or DOWN
+    state: str  # UP, DOWN or DEGRADED
     reason: str
 
 
@@ -70,6 +76,8 @@ class PollReport:
     rejected: int = 0
     reasons: list[str] = dataclasses.field(default_factory=list)
     link_changes: list[LinkChange] = dataclasses.field(default_factory=list)
+    health_changes: list[LinkChange] = dataclasses.field(default_factory=list)  # from [health]
+    health_error: str = ""  # the assessment failed this time (it is tried again next time)
     seconds: float = 0.0
     scrape_seconds: float = 0.0  # every target fetched (they run at once)
     parse_seconds: float = 0.0
@@ -149,7 +157,7 @@ class _FabricPorts:
 class FabricMirror:
     """A live fabric mirrored into the twin (module docstring)."""
 
-    def __init__(self, client, config: MirrorConfig) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, client: Client, config: MirrorConfig) -> None:
         self.client = client
         self.config = config
         self.fabric = config.fabric
@@ -159,6 +167,7 @@ class FabricMirror:
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._next_health = 0.0  # monotonic time of the next health assessment
 
     # -- the fabric and the source --------------------------------------------------------------
 
@@ -393,8 +402,32 @@ class FabricMirror:
             report.reasons = [reason.reason for reason in reply.reasons]
         report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
         report.link_changes = self._follow_states(port_states(readings))
+        health = self.config.health
+        if health is not None and time.monotonic() >= self._next_health:
+            self._next_health = time.monotonic() + health.interval_s
+            try:
+                report.health_changes = self.assess_health()
+            except FabricTwinError as exc:
+                report.health_error = str(exc)
         report.seconds = time.monotonic() - started
         return report
+
+    def assess_health(self) -> list[LinkChange]:
+        """Set the links' states the recent error counters call for (see the module docstring)."""
+        health = self.config.health
+        assert health is not None and self._ports is not None
+        ports = self.client.telemetry.port_health(self.source, window_ns=int(health.window_s * 1e9))
+        links = self.client.fabrics.links(self.fabric, page_size=10_000)
+        held = {link for link, why in self._set_by_mirror.items() if why.endswith("operationally down")}
+        verdicts = [
+            v
+            for v in assess(links, ports.ports, ber_threshold=health.ber_threshold)
+            if v.changed and v.index not in held
+        ]
+        apply_verdicts(self.client, self.fabric, verdicts)
+        for v in verdicts:
+            self._ports.state[v.index] = topology_pb2.LinkState.Value(f"LINK_STATE_{v.state}")
+        return [LinkChange(v.name, v.state, v.reason) for v in verdicts]
 
     def _follow_states(self, states: dict[str, bool]) -> list[LinkChange]:
         assert self._ports is not None
@@ -445,9 +478,9 @@ class FabricMirror:
         done = 0
         while not stop.is_set() and (polls is None or done < polls):
             now = time.monotonic()
-            if now >= next_lldp:
+            if lldp is not None and now >= next_lldp:
                 on_report(self.refresh_cabling())
-                next_lldp = time.monotonic() + lldp.interval_s  # type: ignore[union-attr]
+                next_lldp = time.monotonic() + lldp.interval_s
             if now >= next_poll:
                 on_report(self.poll())
                 done += 1

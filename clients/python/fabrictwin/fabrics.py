@@ -294,6 +294,24 @@ class FabricsApi:
         )
         return self._connection.unary(self._stub.SetLinkState, request)
 
+    def set_link_states(
+        self, fabric: str, changes: Iterable[tuple[str | int, EnumLike, float]]
+    ) -> topology_pb2.SetLinkStatesResponse:
+        """Set several links at once, `(link, state, bit_error_rate)` each: one routing version, or
+        (INVALID_ARGUMENT naming the change) nothing changed at all."""
+        request = topology_pb2.SetLinkStatesRequest(
+            fabric=resource_name("fabrics", fabric),
+            changes=[
+                topology_pb2.SetLinkStateRequest(
+                    name=_child_name(fabric, "links", str(link)),
+                    state=enum_value(topology_pb2.LinkState, state, "state"),
+                    bit_error_rate=ber,
+                )
+                for link, state, ber in changes
+            ],
+        )
+        return self._connection.unary(self._stub.SetLinkStates, request)
+
     def update(
         self,
         name: str,
@@ -305,7 +323,7 @@ class FabricsApi:
         """Change what is given (and only that): display name, labels (replaced whole), routing engine
         (which reroutes every table)."""
         fabric = topology_pb2.Fabric(name=resource_name("fabrics", name))
-        paths = []
+        paths: list[str] = []
         if display_name is not None:
             fabric.display_name, paths = display_name, [*paths, "display_name"]
         if labels is not None:

@@ -99,7 +99,7 @@ def check_health(connection: Connection, service: str, timeout: float = 5.0) -> 
 
     Any other failure raises the call's FabricTwinError.
     """
-    check = connection.channel.unary_unary(
+    check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = connection.channel.unary_unary(
         HEALTH_CHECK_METHOD, request_serializer=None, response_deserializer=None
     )
     try:

@@ -22,6 +22,11 @@ url = "http://{node}:9100/metrics"                 # or: command = "..." (its st
 format = "prometheus"        # node_exporter (netdev, ethtool, infiniband) or snmp_exporter if_mib
 # speed_gbps = 100           # the port speed, where the exporter reports none or the wrong one
 # port_name = "{node}/{device}"  # for fabrics that keep no interface names
+
+[health]                     # optional: link states from the error counters (fabrictwin.link_health)
+window_s = 900               # how far back each assessment reads
+ber_threshold = 1e-12        # DEGRADED above this estimated bit error rate
+interval_s = 60              # how often (default: every poll)
 ```
 
 A mistake is an `InvalidArgumentError` naming the key (`targets[2].url: ...`). Unknown keys are
@@ -42,7 +47,9 @@ from fabrictwin.errors import InvalidArgumentError
 __all__ = ["LldpConfig", "MirrorConfig", "TargetConfig", "load_mirror_config", "parse_mirror_config"]
 
 FORMATS = ("prometheus",)
-_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "lldp", "targets"}
+_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "lldp", "targets",
+        "health"}  # fmt: skip
+_HEALTH = {"window_s", "ber_threshold", "interval_s"}
 _LLDP = {"interval_s", "nodes", "command", "directory", "default_speed_gbps", "default_latency_ns", "routing",
          "timeout_s"}  # fmt: skip
 _TARGET = {"node", "nodes", "url", "command", "format", "speed_gbps", "port_name"}
@@ -79,6 +86,15 @@ class LldpConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class HealthConfig:
+    """Link health from the counters the mirror stores: how far back, the threshold, how often."""
+
+    window_s: float = 900.0
+    ber_threshold: float = 1e-12
+    interval_s: float = 0.0  # 0: after every poll
+
+
+@dataclasses.dataclass(frozen=True)
 class MirrorConfig:
     """The whole file."""
 
@@ -90,6 +106,7 @@ class MirrorConfig:
     parse_workers: int = 1  # processes that parse scrapes (from 64 targets on); see load_mirror_config
     targets: tuple[TargetConfig, ...] = ()
     lldp: LldpConfig | None = None
+    health: HealthConfig | None = None
 
     @property
     def target_timeout_s(self) -> float:
@@ -170,6 +187,20 @@ def _targets(value: Any) -> tuple[TargetConfig, ...]:
     return tuple(targets)
 
 
+def _health(value: Any) -> HealthConfig:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError("health: must be a table ([health])")
+    _unknown(value, _HEALTH, "health")
+    threshold = value.get("ber_threshold", 1e-12)
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 < threshold < 1:
+        raise InvalidArgumentError(f"health.ber_threshold: must be in (0, 1), got {str(threshold)[:50]!r}")
+    return HealthConfig(
+        window_s=_positive(value, "window_s", "health.", 900.0),
+        ber_threshold=float(threshold),
+        interval_s=_positive(value, "interval_s", "health.", 0.0, zero=True),
+    )
+
+
 def _lldp(value: Any) -> LldpConfig:
     if not isinstance(value, dict):
         raise InvalidArgumentError("lldp: must be a table ([lldp])")
@@ -226,6 +257,7 @@ def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConf
         max_workers=workers,
         targets=_targets(table.get("targets", [])),
         lldp=_lldp(table["lldp"]) if "lldp" in table else None,
+        health=_health(table["health"]) if "health" in table else None,
     )
     if not config.targets and config.lldp is None:
         raise InvalidArgumentError("targets: give at least one target, or an [lldp] table, or both")

@@ -12,11 +12,18 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fabrictwin.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    # The class of a generated enum (`common_pb2.LoadBalancingMode`), generic in the type of its values
+    # (mypy-protobuf's `LoadBalancingMode.ValueType`) in protobuf's type stubs only.
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
+
 __all__ = ["enum_choices", "enum_label", "enum_prefix", "enum_value", "resource_name", "run_name"]
+
+EnumNumber = TypeVar("EnumNumber", bound=int)
 
 
 def resource_name(collection: str, value: str) -> str:
@@ -53,12 +60,13 @@ def enum_choices(enum_type: Any) -> list[str]:
     return [name[len(prefix) :].lower() for name in _names(enum_type) if not name.endswith("_UNSPECIFIED")]
 
 
-def enum_value(enum_type: Any, value: int | str, field: str) -> int:
+def enum_value(enum_type: _EnumTypeWrapper[EnumNumber], value: int | str, field: str) -> EnumNumber:
     """An enum's number from a number, a full name, or a short name in any case (`ecmp`, `ECMP`)."""
     if isinstance(value, int):
-        if value not in enum_type.values():
-            raise InvalidArgumentError(f"{field}: {value} is not a valid {enum_type.DESCRIPTOR.name}")
-        return value
+        for number in enum_type.values():
+            if number == value:
+                return number
+        raise InvalidArgumentError(f"{field}: {value} is not a valid {enum_type.DESCRIPTOR.name}")
     # Compare without separators so that `all_reduce`, `all-reduce` and `allreduce` all match.
     wanted = _squash(value)
     prefix = enum_prefix(enum_type)
@@ -66,7 +74,7 @@ def enum_value(enum_type: Any, value: int | str, field: str) -> int:
         if name.endswith("_UNSPECIFIED"):
             continue
         if wanted in (_squash(name), _squash(name[len(prefix) :])):
-            return int(enum_type.Value(name))
+            return enum_type.Value(name)
     raise InvalidArgumentError(f"{field}: {value!r} is not one of {', '.join(enum_choices(enum_type))}")
 
 
@@ -77,7 +85,7 @@ def _squash(text: str) -> str:
 def enum_label(enum_type: Any, number: int) -> str:
     """The short upper-case name of an enum value (`ECMP`), or the number if the SDK does not know it."""
     try:
-        name = enum_type.Name(number)
+        name: str = enum_type.Name(number)
     except ValueError:
         return str(number)
     return name[len(enum_prefix(enum_type)) :]

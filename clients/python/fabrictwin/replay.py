@@ -23,6 +23,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 
+from fabrictwin.client import Client
 from fabrictwin.errors import FailedPreconditionError, InvalidArgumentError
 from fabrictwin.path_trace import LiveFlow
 from fabrictwin.specs import load_balancing
@@ -103,8 +104,8 @@ def _active_rate_bps(times: Sequence[int], values: Sequence[float]) -> float:
 
 
 def port_totals(
-    client, source: str, ports: Sequence[str], metric: str, start_ns: int, end_ns: int
-) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    client: Client, source: str, ports: Sequence[str], metric: str, start_ns: int, end_ns: int
+) -> dict[str, float]:
     """Per port, the sum of `metric` (per-interval amounts) in [start_ns, end_ns) of a telemetry source."""
     totals = dict.fromkeys(ports, 0.0)
     for series in client.telemetry.query_series(
@@ -131,7 +132,7 @@ def _access_port(links: Sequence[topology_pb2.Link], host: str) -> str:
 
 
 def observed_flows(
-    client,  # type: ignore[no-untyped-def]
+    client: Client,
     source: str,
     fabric: str,
     flows: Sequence[LiveFlow],
@@ -204,7 +205,7 @@ def _sending_ports(links: Iterable[topology_pb2.Link]) -> dict[tuple[int, int], 
 
 
 def _result(
-    client,  # type: ignore[no-untyped-def]
+    client: Client,
     label: str,
     simulation: simulation_pb2.Simulation,
     ports: dict[tuple[int, int], str],
@@ -225,7 +226,7 @@ def _result(
 
 
 def replay(
-    client,  # type: ignore[no-untyped-def]
+    client: Client,
     fabric: str,
     observed: Sequence[ObservedFlow],
     *,

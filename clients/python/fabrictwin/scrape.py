@@ -41,7 +41,7 @@ class ScrapeResult:
 def _fetch(target: TargetConfig, timeout_s: float) -> str:
     if target.url:
         with urllib.request.urlopen(target.url, timeout=timeout_s) as response:
-            data = response.read(_MAX_BYTES + 1)
+            data: bytes = response.read(_MAX_BYTES + 1)
         if len(data) > _MAX_BYTES:
             raise OSError(f"more than {_MAX_BYTES} bytes")
         return data.decode("utf-8", errors="replace")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from google.protobuf import field_mask_pb2
 
@@ -28,6 +29,10 @@ from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
 __all__ = ["DEFAULT_BATCH_ROWS", "TelemetryApi", "column_batches", "sample_batches"]
 
 EnumLike = int | str
+# A metric named or numbered: the key of `columns` and `counter_kinds`. Type variables rather than
+# EnumLike, since a Mapping is invariant in its key (a dict[str, ...] is no Mapping[int | str, ...]).
+ColumnKey = TypeVar("ColumnKey", bound=EnumLike)
+KindKey = TypeVar("KindKey", bound=EnumLike)
 
 # Rows per SampleBatch: about 1.6 MB per batch with three metric columns, well under message limits.
 DEFAULT_BATCH_ROWS = 50_000
@@ -58,9 +63,9 @@ def sample_batches(
     ports: Sequence[str],
     port_index: Sequence[int],
     time_ns: Sequence[int],
-    columns: Mapping[EnumLike, Sequence[float]],
+    columns: Mapping[ColumnKey, Sequence[float]],
     *,
-    counter_kinds: Mapping[EnumLike, EnumLike] | None = None,
+    counter_kinds: Mapping[KindKey, EnumLike] | None = None,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     port_rates: Sequence[float] | None = None,
 ) -> Iterator[telemetry_pb2.SampleBatch]:
@@ -83,7 +88,7 @@ def sample_batches(
         )
         for metric, kind in (counter_kinds or {}).items()
     }
-    metrics: list[tuple[int, Sequence[float]]] = []
+    metrics: list[tuple[telemetry_pb2.Metric.ValueType, Sequence[float]]] = []
     for metric, values in columns.items():
         if len(values) != rows:
             raise InvalidArgumentError(f"columns[{metric}]: {len(values)} rows, but time_ns has {rows}")
@@ -105,8 +110,8 @@ def _cut(
     ports: list[str],
     port_index: Sequence[int],
     time_ns: Sequence[int],
-    metrics: list[tuple[int, Sequence[float]]],
-    kinds: dict[int, int],
+    metrics: list[tuple[telemetry_pb2.Metric.ValueType, Sequence[float]]],
+    kinds: dict[telemetry_pb2.Metric.ValueType, telemetry_pb2.CounterKind.ValueType],
     batch_rows: int,
     rates: common_pb2.NumericArray | None,
 ) -> Iterator[telemetry_pb2.SampleBatch]:
@@ -231,9 +236,9 @@ class TelemetryApi:
         ports: Sequence[str],
         port_index: Sequence[int],
         time_ns: Sequence[int],
-        columns: Mapping[EnumLike, Sequence[float]],
+        columns: Mapping[ColumnKey, Sequence[float]],
         *,
-        counter_kinds: Mapping[EnumLike, EnumLike] | None = None,
+        counter_kinds: Mapping[KindKey, EnumLike] | None = None,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> telemetry_pb2.IngestSamplesResponse:
         """Ingest row-aligned columns (see `sample_batches`), `batch_rows` rows per batch.
@@ -332,6 +337,26 @@ class TelemetryApi:
             step_ns=step_ns,
         )
         return list(self._connection.unary(self._stub.GetLossHistory, request).points)
+
+    def port_health(
+        self,
+        source: str,
+        *,
+        window_ns: int = 0,
+        start_ns: int = 0,
+        end_ns: int = 0,
+        ports: Sequence[str] = (),
+    ) -> telemetry_pb2.GetPortHealthResponse:
+        """Every port's received bytes, symbol and receive errors, LinkDownedCounter and estimated
+        bit error rate over the last `window_ns` (or [start_ns, end_ns)); see `fabrictwin.link_health`
+        for what they mean for the links."""
+        request = telemetry_pb2.GetPortHealthRequest(
+            source=resource_name("sources", source),
+            time_range=_time_range(start_ns, end_ns),
+            window_ns=window_ns,
+            ports=telemetry_pb2.PortSelector(patterns=list(ports)),
+        )
+        return self._connection.unary(self._stub.GetPortHealth, request)
 
     def import_text(
         self,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 
 from alembic import context
+from sqlalchemy import Connection
 
 from services.common.db import make_engine
 
 VERSION_TABLE = "telemetry_alembic_version"
 
 
-def _run(connection) -> None:  # type: ignore[no-untyped-def]
+def _run(connection: Connection) -> None:
     context.configure(connection=connection, version_table=VERSION_TABLE, transactional_ddl=True)
     with context.begin_transaction():
         context.run_migrations()
@@ -28,6 +29,8 @@ if connection is not None:
     _run(connection)
 else:
     url = os.environ.get("FABRICTWIN_DATABASE_URL") or context.config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("no database to migrate: set FABRICTWIN_DATABASE_URL or sqlalchemy.url")
     engine = make_engine(url)
     with engine.begin() as opened:
         _run(opened)

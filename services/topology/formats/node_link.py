@@ -34,12 +34,11 @@ def fabric_graph(fabric: Fabric) -> nx.MultiGraph:
     # The JSON format already turns every array into named, typed fields; reuse it so the two
     # exports can never describe a node differently.
     document = json.loads(export_json(fabric))
-    graph = nx.MultiGraph(name="fabric")
+    graph: nx.MultiGraph[str] = nx.MultiGraph(name="fabric")
     graph.add_nodes_from((node.pop("name"), node) for node in document["nodes"])
-    graph.add_edges_from(
-        (link["a"], link["b"], index, {"name": name, **link})
-        for index, (link, name) in enumerate(zip(document["links"], fabric.link_names, strict=True))
-    )
+    # Keyed by link index: one edge per cable, parallel cables included.
+    for index, (link, name) in enumerate(zip(document["links"], fabric.link_names, strict=True)):
+        graph.add_edge(link["a"], link["b"], key=index, **{"name": name, **link})
     return graph
 
 

@@ -94,9 +94,11 @@ epoch) is its time; samples without one take the `time_ns` given to `parse` (the
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Final
 
 from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import FormatError, PortReading
@@ -113,6 +115,10 @@ from fabrictwin.importers.prometheus_families import (
     rules,
 )
 
+if TYPE_CHECKING:  # prometheus_client itself is imported on first use (_text_parser)
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.samples import Sample
+
 __all__ = ["KIND", "LEGACY_METRICS", "METRICS", "QUOTE_LIMIT", "RATE_METRIC", "parse"]
 
 QUOTE_LIMIT = 200  # characters of the input an error message quotes at most
@@ -122,7 +128,7 @@ Number = int | float
 
 
 @functools.cache
-def _text_parser():
+def _text_parser() -> Callable[[str], Iterable[Metric]]:
     # Imported on first use: prometheus_client's package import (~40 ms) pulls in its HTTP exposition
     # code, which the CLI should not pay for on every command that never reads a scrape.
     from prometheus_client.parser import text_string_to_metric_families
@@ -140,7 +146,7 @@ def _quote(text: str) -> str:
 class _SampleError(Exception):
     """A sample that parsed but cannot be read; `parse` finds its line for the FormatError."""
 
-    def __init__(self, sample, problem: str) -> None:
+    def __init__(self, sample: Sample, problem: str) -> None:
         super().__init__(problem)
         self.sample = sample
         self.problem = problem
@@ -156,7 +162,7 @@ def _problem(exc: Exception) -> str:
     return "malformed line"
 
 
-def _families(text: str, where: str) -> list:
+def _families(text: str, where: str) -> list[Metric]:
     """The metric families of `text`; a syntax error is a FormatError naming its line."""
     parser = _text_parser()
     try:
@@ -178,7 +184,7 @@ def _same(a: Number | None, b: Number | None) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
-def _line_of(text: str, sample) -> tuple[int, str]:
+def _line_of(text: str, sample: Sample) -> tuple[int, str]:
     """The number and text of the first line that holds `sample` (0 and "" if none does)."""
     parser, base = _text_parser(), sample.name.removesuffix("_total")
     for number, line in enumerate(text.split("\n"), start=1):
@@ -200,7 +206,7 @@ def _line_of(text: str, sample) -> tuple[int, str]:
     return 0, ""
 
 
-def _counter(value: Number, sample) -> Number:
+def _counter(value: Number, sample: Sample) -> Number:
     """A counter reading: an int where the value is integral; negative or not finite is refused."""
     if isinstance(value, float):
         if not math.isfinite(value) or value < 0:
@@ -223,7 +229,7 @@ class _Names:
         self.mapping = port_names
         self.cache: dict[tuple[bool, str, str], str | None] = {}
 
-    def _device(self, rule: Rule, sample) -> tuple[str, str]:
+    def _device(self, rule: Rule, sample: Sample) -> tuple[str, str]:
         labels = sample.labels
         if rule.family == "infiniband":
             if "device" not in labels or "port" not in labels:
@@ -240,7 +246,7 @@ class _Names:
             raise _SampleError(sample, f"{sample.name} needs the label device")
         return labels["device"], ""
 
-    def port(self, rule: Rule, sample) -> str | None:
+    def port(self, rule: Rule, sample: Sample) -> str | None:
         """The twin's name of the sample's port; None if `port_names` does not map it."""
         device, port = self._device(rule, sample)
         infiniband = rule.family == "infiniband"
@@ -307,7 +313,7 @@ def parse(
 
 
 def _readings(
-    families: Iterable, table: Mapping[str, Rule], time_ns: int, names: _Names
+    families: Iterable[Metric], table: Mapping[str, Rule], time_ns: int, names: _Names
 ) -> list[PortReading]:
     # (port, time) -> metric -> (precedence, value, kind); a later sample of equal precedence wins
     # (a series repeated in one text is a later reading of the same counter).
@@ -323,7 +329,9 @@ def _readings(
             port = names.port(rule, sample)
             if port is None:
                 continue  # not in port_names
-            time = time_ns if sample.timestamp is None else round(sample.timestamp * 1000) * 1_000_000
+            # The text format's timestamps are floats (OpenMetrics' Timestamp objects convert to one).
+            stamp = sample.timestamp
+            time = time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
             value = sample.value
             if rule.role == "counter":
                 reading = _counter(value, sample)
@@ -364,10 +372,16 @@ def _readings(
     return readings
 
 
-_NO_STATE = object()  # a sample that says nothing about the state (a state set's inactive member)
+class _NoState(enum.Enum):
+    """What a sample that says nothing about the state reads as (a state set's inactive member)."""
+
+    NO_STATE = enum.auto()
 
 
-def _state(rule: Rule, sample) -> object:  # bool, None, or _NO_STATE
+_NO_STATE: Final = _NoState.NO_STATE
+
+
+def _state(rule: Rule, sample: Sample) -> bool | _NoState | None:
     if rule.role == "up":
         return sample.value == 1
     if rule.role == "operstate":

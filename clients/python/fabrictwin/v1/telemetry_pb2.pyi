@@ -1226,3 +1226,117 @@ class GetLossHistoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetLossHistoryResponse: _TypeAlias = GetLossHistoryResponse  # noqa: Y015
+
+@_typing.final
+class GetPortHealthRequest(_message.Message):
+    """Request of GetPortHealth."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    TIME_RANGE_FIELD_NUMBER: _builtins.int
+    WINDOW_NS_FIELD_NUMBER: _builtins.int
+    PORTS_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """`sources/{source}`."""
+    window_ns: _builtins.int
+    """The last `window_ns` up to and including the newest sample, 1 ns .. 1e15 ns; with an empty
+    `time_range` only.
+    """
+    @_builtins.property
+    def time_range(self) -> _common_pb2.TimeRange:
+        """The window; or leave it empty and set `window_ns`."""
+
+    @_builtins.property
+    def ports(self) -> Global___PortSelector:
+        """Which ports (default: all)."""
+
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        time_range: _common_pb2.TimeRange | None = ...,
+        window_ns: _builtins.int = ...,
+        ports: Global___PortSelector | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "time_range", b"time_range"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "source", b"source", "time_range", b"time_range", "window_ns", b"window_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPortHealthRequest: _TypeAlias = GetPortHealthRequest  # noqa: Y015
+
+@_typing.final
+class PortHealth(_message.Message):
+    """One port's health over the window. A counter the port never reported is NaN."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORT_FIELD_NUMBER: _builtins.int
+    RX_BYTES_FIELD_NUMBER: _builtins.int
+    SYMBOL_ERRORS_FIELD_NUMBER: _builtins.int
+    RCV_ERRORS_FIELD_NUMBER: _builtins.int
+    LINK_DOWNED_FIELD_NUMBER: _builtins.int
+    ESTIMATED_BER_FIELD_NUMBER: _builtins.int
+    port: _builtins.str
+    """`node/pN`."""
+    rx_bytes: _builtins.float
+    """Bytes received."""
+    symbol_errors: _builtins.float
+    """SymbolErrorCounter."""
+    rcv_errors: _builtins.float
+    """PortRcvErrors / in-errors."""
+    link_downed: _builtins.float
+    """LinkDownedCounter (Ethernet: carrier-down transitions)."""
+    estimated_ber: _builtins.float
+    """(symbol errors + receive errors) over bits received: a lower bound of the bit error rate of the
+    direction that ends at this port; NaN when no bytes were received or no error counter reported.
+    """
+    def __init__(
+        self,
+        *,
+        port: _builtins.str = ...,
+        rx_bytes: _builtins.float = ...,
+        symbol_errors: _builtins.float = ...,
+        rcv_errors: _builtins.float = ...,
+        link_downed: _builtins.float = ...,
+        estimated_ber: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["estimated_ber", b"estimated_ber", "link_downed", b"link_downed", "port", b"port", "rcv_errors", b"rcv_errors", "rx_bytes", b"rx_bytes", "symbol_errors", b"symbol_errors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PortHealth: _TypeAlias = PortHealth  # noqa: Y015
+
+@_typing.final
+class GetPortHealthResponse(_message.Message):
+    """Response of GetPortHealth."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PORTS_FIELD_NUMBER: _builtins.int
+    TIME_RANGE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ports(self) -> _containers.RepeatedCompositeFieldContainer[Global___PortHealth]:
+        """Ports with samples in the window, sorted by name."""
+
+    @_builtins.property
+    def time_range(self) -> _common_pb2.TimeRange:
+        """The window read, [start_ns, end_ns) (empty when the source has no samples)."""
+
+    def __init__(
+        self,
+        *,
+        ports: _abc.Iterable[Global___PortHealth] | None = ...,
+        time_range: _common_pb2.TimeRange | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time_range", b"time_range"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "time_range", b"time_range"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPortHealthResponse: _TypeAlias = GetPortHealthResponse  # noqa: Y015

@@ -90,6 +90,11 @@ class TelemetryServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryResponse.FromString,
                 _registered_method=True)
+        self.GetPortHealth = channel.unary_unary(
+                '/fabrictwin.v1.TelemetryService/GetPortHealth',
+                request_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthResponse.FromString,
+                _registered_method=True)
 
 
 class TelemetryServiceServicer:
@@ -177,6 +182,14 @@ class TelemetryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPortHealth(self, request, context):
+        """Every port's health over a window: bytes received, symbol and receive errors, LinkDownedCounter,
+        and the estimated bit error rate; what `fabrictwin telemetry health` turns into link states.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TelemetryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +247,11 @@ def add_TelemetryServiceServicer_to_server(servicer, server):
                     servicer.GetLossHistory,
                     request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryResponse.SerializeToString,
+            ),
+            'GetPortHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPortHealth,
+                    request_deserializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -534,6 +552,33 @@ class TelemetryService:
             '/fabrictwin.v1.TelemetryService/GetLossHistory',
             fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryRequest.SerializeToString,
             fabrictwin_dot_v1_dot_telemetry__pb2.GetLossHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPortHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabrictwin.v1.TelemetryService/GetPortHealth',
+            fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_telemetry__pb2.GetPortHealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

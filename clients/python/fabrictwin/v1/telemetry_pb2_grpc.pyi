@@ -60,6 +60,10 @@ class TelemetryServiceStub:
     """Utilisation skew over a group of ports per interval (the signature of ECMP pinning)."""
     GetLossHistory: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.GetLossHistoryRequest, _telemetry_pb2.GetLossHistoryResponse]
     """Drops, errors and an estimated bit error rate of one port over time."""
+    GetPortHealth: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.GetPortHealthRequest, _telemetry_pb2.GetPortHealthResponse]
+    """Every port's health over a window: bytes received, symbol and receive errors, LinkDownedCounter,
+    and the estimated bit error rate; what `fabrictwin telemetry health` turns into link states.
+    """
 
 @_typing.type_check_only
 class TelemetryServiceAsyncStub(TelemetryServiceStub):
@@ -93,6 +97,10 @@ class TelemetryServiceAsyncStub(TelemetryServiceStub):
     """Utilisation skew over a group of ports per interval (the signature of ECMP pinning)."""
     GetLossHistory: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.GetLossHistoryRequest, _telemetry_pb2.GetLossHistoryResponse]  # type: ignore[assignment]
     """Drops, errors and an estimated bit error rate of one port over time."""
+    GetPortHealth: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.GetPortHealthRequest, _telemetry_pb2.GetPortHealthResponse]  # type: ignore[assignment]
+    """Every port's health over a window: bytes received, symbol and receive errors, LinkDownedCounter,
+    and the estimated bit error rate; what `fabrictwin telemetry health` turns into link states.
+    """
 
 class TelemetryServiceServicer(metaclass=_abc_1.ABCMeta):
     """Per-port time series of live clusters and simulated runs, in one schema."""
@@ -189,5 +197,15 @@ class TelemetryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.GetLossHistoryResponse, _abc.Awaitable[_telemetry_pb2.GetLossHistoryResponse]]:
         """Drops, errors and an estimated bit error rate of one port over time."""
+
+    @_abc_1.abstractmethod
+    def GetPortHealth(
+        self,
+        request: _telemetry_pb2.GetPortHealthRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.GetPortHealthResponse, _abc.Awaitable[_telemetry_pb2.GetPortHealthResponse]]:
+        """Every port's health over a window: bytes received, symbol and receive errors, LinkDownedCounter,
+        and the estimated bit error rate; what `fabrictwin telemetry health` turns into link states.
+        """
 
 def add_TelemetryServiceServicer_to_server(servicer: TelemetryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1147,6 +1147,66 @@ class SetLinkStateResponse(_message.Message):
 Global___SetLinkStateResponse: _TypeAlias = SetLinkStateResponse  # noqa: Y015
 
 @_typing.final
+class SetLinkStatesRequest(_message.Message):
+    """Request of SetLinkStates."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FABRIC_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    fabric: _builtins.str
+    """`fabrics/{fabric}`."""
+    @_builtins.property
+    def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___SetLinkStateRequest]:
+        """The changes; each `name` is a link of `fabric` (`fabrics/{fabric}/links/{link}`), each link at
+        most once. At most 100,000.
+        """
+
+    def __init__(
+        self,
+        *,
+        fabric: _builtins.str = ...,
+        changes: _abc.Iterable[Global___SetLinkStateRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "fabric", b"fabric"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLinkStatesRequest: _TypeAlias = SetLinkStatesRequest  # noqa: Y015
+
+@_typing.final
+class SetLinkStatesResponse(_message.Message):
+    """Response of SetLinkStates."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___Link]:
+        """The links after the change, in the request's order."""
+
+    @_builtins.property
+    def routing(self) -> Global___RoutingSummary:
+        """The one rerouting they caused (routing_version unchanged when nothing changed)."""
+
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___Link] | None = ...,
+        routing: Global___RoutingSummary | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["routing", b"routing"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "routing", b"routing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLinkStatesResponse: _TypeAlias = SetLinkStatesResponse  # noqa: Y015
+
+@_typing.final
 class ComputeRoutesRequest(_message.Message):
     """Request of ComputeRoutes."""
 

@@ -100,6 +100,11 @@ class TopologyServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateResponse.FromString,
                 _registered_method=True)
+        self.SetLinkStates = channel.unary_unary(
+                '/fabrictwin.v1.TopologyService/SetLinkStates',
+                request_serializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesResponse.FromString,
+                _registered_method=True)
         self.ComputeRoutes = channel.unary_unary(
                 '/fabrictwin.v1.TopologyService/ComputeRoutes',
                 request_serializer=fabrictwin_dot_v1_dot_topology__pb2.ComputeRoutesRequest.SerializeToString,
@@ -223,6 +228,15 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLinkStates(self, request, context):
+        """Sets several links of one fabric at once, all in one routing version or none of them: the
+        whole request is checked (every link exists, every state and bit error rate is valid) before
+        anything changes. What the twin's link-health estimate applies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ComputeRoutes(self, request, context):
         """(Re)computes every switch's forwarding table with a routing engine.
         """
@@ -325,6 +339,11 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.SetLinkState,
                     request_deserializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateResponse.SerializeToString,
+            ),
+            'SetLinkStates': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLinkStates,
+                    request_deserializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesResponse.SerializeToString,
             ),
             'ComputeRoutes': grpc.unary_unary_rpc_method_handler(
                     servicer.ComputeRoutes,
@@ -665,6 +684,33 @@ class TopologyService:
             '/fabrictwin.v1.TopologyService/SetLinkState',
             fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateRequest.SerializeToString,
             fabrictwin_dot_v1_dot_topology__pb2.SetLinkStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLinkStates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabrictwin.v1.TopologyService/SetLinkStates',
+            fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_topology__pb2.SetLinkStatesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,6 +66,11 @@ class TopologyServiceStub:
     """Gets one link."""
     SetLinkState: _grpc.UnaryUnaryMultiCallable[_topology_pb2.SetLinkStateRequest, _topology_pb2.SetLinkStateResponse]
     """Sets a link UP, DOWN or DEGRADED (with a bit error rate) and reroutes what must change."""
+    SetLinkStates: _grpc.UnaryUnaryMultiCallable[_topology_pb2.SetLinkStatesRequest, _topology_pb2.SetLinkStatesResponse]
+    """Sets several links of one fabric at once, all in one routing version or none of them: the
+    whole request is checked (every link exists, every state and bit error rate is valid) before
+    anything changes. What the twin's link-health estimate applies.
+    """
     ComputeRoutes: _grpc.UnaryUnaryMultiCallable[_topology_pb2.ComputeRoutesRequest, _topology_pb2.RoutingSummary]
     """(Re)computes every switch's forwarding table with a routing engine."""
     GetForwardingTable: _grpc.UnaryUnaryMultiCallable[_topology_pb2.GetForwardingTableRequest, _topology_pb2.ForwardingTable]
@@ -121,6 +126,11 @@ class TopologyServiceAsyncStub(TopologyServiceStub):
     """Gets one link."""
     SetLinkState: _aio.UnaryUnaryMultiCallable[_topology_pb2.SetLinkStateRequest, _topology_pb2.SetLinkStateResponse]  # type: ignore[assignment]
     """Sets a link UP, DOWN or DEGRADED (with a bit error rate) and reroutes what must change."""
+    SetLinkStates: _aio.UnaryUnaryMultiCallable[_topology_pb2.SetLinkStatesRequest, _topology_pb2.SetLinkStatesResponse]  # type: ignore[assignment]
+    """Sets several links of one fabric at once, all in one routing version or none of them: the
+    whole request is checked (every link exists, every state and bit error rate is valid) before
+    anything changes. What the twin's link-health estimate applies.
+    """
     ComputeRoutes: _aio.UnaryUnaryMultiCallable[_topology_pb2.ComputeRoutesRequest, _topology_pb2.RoutingSummary]  # type: ignore[assignment]
     """(Re)computes every switch's forwarding table with a routing engine."""
     GetForwardingTable: _aio.UnaryUnaryMultiCallable[_topology_pb2.GetForwardingTableRequest, _topology_pb2.ForwardingTable]  # type: ignore[assignment]
@@ -239,6 +249,17 @@ class TopologyServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_topology_pb2.SetLinkStateResponse, _abc.Awaitable[_topology_pb2.SetLinkStateResponse]]:
         """Sets a link UP, DOWN or DEGRADED (with a bit error rate) and reroutes what must change."""
+
+    @_abc_1.abstractmethod
+    def SetLinkStates(
+        self,
+        request: _topology_pb2.SetLinkStatesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_topology_pb2.SetLinkStatesResponse, _abc.Awaitable[_topology_pb2.SetLinkStatesResponse]]:
+        """Sets several links of one fabric at once, all in one routing version or none of them: the
+        whole request is checked (every link exists, every state and bit error rate is valid) before
+        anything changes. What the twin's link-health estimate applies.
+        """
 
     @_abc_1.abstractmethod
     def ComputeRoutes(

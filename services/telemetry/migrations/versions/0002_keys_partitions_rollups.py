@@ -19,6 +19,8 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -85,7 +87,7 @@ def _create_tables(postgresql: bool) -> None:
         sa.UniqueConstraint("source_key", "name", name="uq_telemetry_ports_source_name"),
         sqlite_autoincrement=True,
     )
-    partitioned = {"postgresql_partition_by": "LIST (source_key)"}
+    partitioned: dict[str, Any] = {"postgresql_partition_by": "LIST (source_key)"}
     op.create_table(
         "telemetry_samples",
         sa.Column("source_key", sa.Integer, nullable=False),
