@@ -9,7 +9,7 @@ Its own flag (also FABRICTWIN_<NAME>):
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from fabrictwin.v1 import scenario_pb2_grpc
 
@@ -17,7 +17,7 @@ from services.common.config import ServiceConfig
 from services.common.db import make_engine
 from services.common.peers import peer_auth
 from services.common.server import ServiceDefinition, run_service
-from services.orchestrator.peers import GrpcSimulators, GrpcTelemetry, GrpcTopology
+from services.orchestrator.peers import GrpcSimulatorPeer, GrpcSimulators, GrpcTelemetry, GrpcTopology
 from services.orchestrator.scenarios import DEFAULT_MAX_SIMULATIONS_PER_RUN
 from services.orchestrator.servicer import ScenarioServicer
 from services.orchestrator.store import ScenarioStore
@@ -32,7 +32,7 @@ def extra_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-simulations-per-run", type=int, default=DEFAULT_MAX_SIMULATIONS_PER_RUN)
 
 
-async def build(config: ServiceConfig):
+async def build(config: ServiceConfig) -> tuple[list[ServiceDefinition], Callable[[], Awaitable[None]]]:
     """Servicer wired to SQL and to the other three services; cleanup closes the peers' channels."""
     auth = peer_auth(config)  # TLS and the token towards the three peers
     engine = make_engine(config.resolved_database_url())
@@ -41,7 +41,9 @@ async def build(config: ServiceConfig):
     simulators = GrpcSimulators(addresses, auth)
     telemetry = GrpcTelemetry(config.telemetry_address, auth)
     max_simulations = int(config.extra.get("max_simulations_per_run", DEFAULT_MAX_SIMULATIONS_PER_RUN))
-    servicer = ScenarioServicer(ScenarioStore(engine), topology, simulators, telemetry, max_simulations)
+    servicer = ScenarioServicer(
+        ScenarioStore(engine), topology, GrpcSimulatorPeer(simulators), telemetry, max_simulations
+    )
     await servicer.recover()
 
     async def cleanup() -> None:

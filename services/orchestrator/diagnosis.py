@@ -9,20 +9,69 @@ The numbers come from the telemetry service (aggregated in SQL there); this modu
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import statistics
 from collections.abc import Sequence
 
-from fabrictwin.v1 import scenario_pb2, telemetry_pb2
-
-__all__ = ["HOT", "IDLE", "ecmp_pinning", "lossy_links"]
+__all__ = [
+    "HOT",
+    "IDLE",
+    "Finding",
+    "FindingKind",
+    "PortValue",
+    "Severity",
+    "Window",
+    "ecmp_pinning",
+    "lossy_links",
+]
 
 HOT = 0.8
 IDLE = 0.2
 
 
-def ecmp_pinning(
-    utilisation: Sequence[telemetry_pb2.PortValue], window: telemetry_pb2.TimeRange | None = None
-) -> scenario_pb2.Finding | None:
+class FindingKind(enum.Enum):
+    ECMP_PINNING = "ECMP_PINNING"
+    LOSSY_LINK = "LOSSY_LINK"
+
+
+class Severity(enum.IntEnum):
+    """Ordered: a larger value is more severe."""
+
+    INFO = 1
+    WARNING = 2
+    CRITICAL = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class PortValue:
+    """One port's aggregate over the window (mean utilisation, summed drops, ...)."""
+
+    port: str
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A time window in ns; `end_ns` 0 means until the newest sample."""
+
+    start_ns: int
+    end_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing the diagnosis found, with its evidence in numbers and what to do about it."""
+
+    kind: FindingKind
+    severity: Severity
+    ports: tuple[str, ...]
+    evidence: str
+    suggestion: str
+    window: Window | None = None
+
+
+def ecmp_pinning(utilisation: Sequence[PortValue], window: Window | None = None) -> Finding | None:
     """A finding when hot and idle links coexist among links that carried traffic at all."""
     values = [p.value for p in utilisation]
     if len(values) < 2:
@@ -34,10 +83,10 @@ def ecmp_pinning(
     mean = statistics.fmean(values)
     hot.sort(key=lambda p: (-p.value, p.port))
     idle.sort(key=lambda p: (p.value, p.port))
-    finding = scenario_pb2.Finding(
-        kind=scenario_pb2.FINDING_KIND_ECMP_PINNING,
-        severity=scenario_pb2.SEVERITY_WARNING,
-        ports=[p.port for p in hot],
+    return Finding(
+        kind=FindingKind.ECMP_PINNING,
+        severity=Severity.WARNING,
+        ports=tuple(p.port for p in hot),
         evidence=(
             f"{len(hot)} of {len(values)} links above {HOT:.0%} mean utilisation while {len(idle)} sit below "
             f"{IDLE:.0%} in the same window (max {max(values):.0%}, mean {mean:.0%}, "
@@ -48,23 +97,21 @@ def ecmp_pinning(
             "balancing (adaptive routing or RSHP spraying), or add entropy (more QPs per connection, "
             "hash the destination QP)."
         ),
+        window=window,
     )
-    if window is not None:
-        finding.time_range.CopyFrom(window)
-    return finding
 
 
-def _named(ports: Sequence[telemetry_pb2.PortValue], at_most: int = 5) -> str:
+def _named(ports: Sequence[PortValue], at_most: int = 5) -> str:
     """`leaf-0/p3 (95%), leaf-1/p4 (90%) and 2 more`."""
     named = ", ".join(f"{p.port} ({p.value:.0%})" for p in ports[:at_most])
     return named + (f" and {len(ports) - at_most} more" if len(ports) > at_most else "")
 
 
 def lossy_links(
-    drops: Sequence[telemetry_pb2.PortValue],
-    window: telemetry_pb2.TimeRange | None = None,
-    errors: Sequence[telemetry_pb2.PortValue] = (),
-) -> list[scenario_pb2.Finding]:
+    drops: Sequence[PortValue],
+    window: Window | None = None,
+    errors: Sequence[PortValue] = (),
+) -> list[Finding]:
     """One finding per link that dropped (`drops`) or corrupted (`errors`: PortRcvErrors) packets in
     the window, the worst first."""
     dropped = {p.port: p.value for p in drops if p.value > 0}
@@ -72,21 +119,20 @@ def lossy_links(
     lost = {
         port: dropped.get(port, 0.0) + corrupted.get(port, 0.0) for port in dropped.keys() | corrupted.keys()
     }
-    findings = []
+    findings: list[Finding] = []
     for port, value in sorted(lost.items(), key=lambda item: (-item[1], item[0])):
         what = [f"{dropped[port]:.0f} dropped"] if port in dropped else []
         what += [f"{corrupted[port]:.0f} receive errors"] if port in corrupted else []
-        finding = scenario_pb2.Finding(
-            kind=scenario_pb2.FINDING_KIND_LOSSY_LINK,
-            severity=scenario_pb2.SEVERITY_CRITICAL,
-            ports=[port],
+        finding = Finding(
+            kind=FindingKind.LOSSY_LINK,
+            severity=Severity.CRITICAL,
+            ports=(port,),
             evidence=f"{value:.0f} packets lost on {port} in the window ({', '.join(what)})",
             suggestion=(
                 "Check the transceiver and cable of this link (symbol errors, BER); with RoCEv2 every "
                 "drop costs a Go-Back-N resend of the window."
             ),
+            window=window,
         )
-        if window is not None:
-            finding.time_range.CopyFrom(window)
         findings.append(finding)
     return findings

@@ -1,59 +1,39 @@
-"""The orchestrator's view of the other three services, as narrow Protocols plus their gRPC adapters.
+"""gRPC adapters of the orchestrator's peers: the Protocols of `contracts.py` over real channels.
 
-The run logic (`runner.py`) depends only on the Protocols, so it stays free of gRPC; the adapters
-here translate gRPC status codes back into domain errors. The simulators' adapter, with its failover,
+Each translates between the domain and the peer's messages and turns gRPC status codes back into
+domain errors naming what the orchestrator's caller sent. The simulators' adapter, with its failover,
 is `replicas.GrpcSimulators`. Every adapter calls with the service's peer settings (`PeerAuth`: TLS
 and the bearer token).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 from fabrictwin.v1 import (
-    simulation_pb2,
+    common_pb2,
     telemetry_pb2,
     telemetry_pb2_grpc,
     topology_pb2,
     topology_pb2_grpc,
 )
 
+from services.common.errors import AlreadyExists
 from services.common.peers import PeerAuth, auth_metadata, domain_error, peer_channel
-from services.orchestrator.replicas import GrpcSimulators, SimulatorLost
+from services.orchestrator.contracts import Measure
+from services.orchestrator.diagnosis import PortValue, Window
+from services.orchestrator.messages import build_spec, port_values, simulation_status
+from services.orchestrator.model import FabricInfo, SimulatedSource, SimulationRequest, SimulationStatus
+from services.orchestrator.replicas import GrpcSimulators
 
-__all__ = [
-    "GrpcSimulators",
-    "GrpcTelemetry",
-    "GrpcTopology",
-    "SimulatorLost",
-    "SimulatorPeer",
-    "TelemetryPeer",
-    "TopologyPeer",
-]
+__all__ = ["GrpcSimulatorPeer", "GrpcSimulators", "GrpcTelemetry", "GrpcTopology"]
 
-
-class TopologyPeer(Protocol):
-    async def get_fabric(self, name: str) -> topology_pb2.Fabric: ...
-
-
-class SimulatorPeer(Protocol):
-    """Starts simulations on a replica that can take them and follows each on its replica."""
-
-    async def start(self, spec: simulation_pb2.SimulationSpec) -> simulation_pb2.Simulation: ...
-
-    def watch(self, name: str) -> AsyncIterator[simulation_pb2.Simulation]:
-        """Updates until a terminal state; SimulatorLost when the replica running it went away."""
-        ...
-
-
-class TelemetryPeer(Protocol):
-    async def create_source(self, source_id: str, source: telemetry_pb2.Source) -> None: ...
-
-    async def top_ports(self, request: telemetry_pb2.TopLinksRequest) -> list[telemetry_pb2.PortValue]: ...
-
-    async def get_source(self, name: str) -> telemetry_pb2.Source: ...
+_MEASURES = {
+    Measure.MEAN_UTILISATION: (telemetry_pb2.METRIC_UTILISATION, telemetry_pb2.AGGREGATION_AVG),
+    Measure.TOTAL_DROPS: (telemetry_pb2.METRIC_DROPS, telemetry_pb2.AGGREGATION_SUM),
+    Measure.TOTAL_RECEIVE_ERRORS: (telemetry_pb2.METRIC_RCV_ERRORS, telemetry_pb2.AGGREGATION_SUM),
+}
 
 
 class GrpcTopology:
@@ -62,13 +42,32 @@ class GrpcTopology:
         self.metadata = auth_metadata(auth)
         self.stub = topology_pb2_grpc.TopologyServiceStub(self.channel)
 
-    async def get_fabric(self, name: str) -> topology_pb2.Fabric:
+    async def get_fabric(self, name: str) -> FabricInfo:
         try:
-            return await self.stub.GetFabric(
+            fabric = await self.stub.GetFabric(
                 topology_pb2.GetFabricRequest(name=name), timeout=30, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "topology", "scenario.fabric") from exc
+        return FabricInfo(fabric.name, fabric.routing_version)
+
+
+class GrpcSimulatorPeer:
+    """The run's SimulatorPeer over the simulator replicas (`GrpcSimulators`: placement, failover)."""
+
+    def __init__(self, replicas: GrpcSimulators) -> None:
+        self.replicas = replicas
+
+    async def start(self, request: SimulationRequest) -> SimulationStatus:
+        simulation = await self.replicas.start(build_spec(request), request.simulation_id)
+        return simulation_status(simulation)
+
+    async def watch(self, name: str) -> AsyncIterator[SimulationStatus]:
+        async for simulation in self.replicas.watch(name):
+            yield simulation_status(simulation)
+
+    async def cancel(self, name: str) -> None:
+        await self.replicas.cancel(name)
 
 
 class GrpcTelemetry:
@@ -77,28 +76,47 @@ class GrpcTelemetry:
         self.metadata = auth_metadata(auth)
         self.stub = telemetry_pb2_grpc.TelemetryServiceStub(self.channel)
 
-    async def create_source(self, source_id: str, source: telemetry_pb2.Source) -> None:
+    async def create_source(self, source: SimulatedSource) -> None:
+        message = telemetry_pb2.Source(
+            kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
+            display_name=source.display_name,
+            fabric=source.fabric,
+            simulation=source.simulation,
+        )
         try:
             await self.stub.CreateSource(
-                telemetry_pb2.CreateSourceRequest(source_id=source_id, source=source),
+                telemetry_pb2.CreateSourceRequest(source_id=source.source_id, source=message),
                 timeout=30,
                 metadata=self.metadata,
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
-                raise domain_error(exc, "telemetry") from exc
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:  # never written into: it is another's
+                raise AlreadyExists(f"sources/{source.source_id} exists already in telemetry") from exc
+            raise domain_error(exc, "telemetry") from exc
 
-    async def get_source(self, name: str) -> telemetry_pb2.Source:
+    async def check_source(self, name: str) -> None:
         try:
-            return await self.stub.GetSource(
+            await self.stub.GetSource(
                 telemetry_pb2.GetSourceRequest(name=name), timeout=30, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "telemetry", "source") from exc
 
-    async def top_ports(self, request: telemetry_pb2.TopLinksRequest) -> list[telemetry_pb2.PortValue]:
+    async def top_ports(
+        self, source: str, measure: Measure, ports: Sequence[str], window: Window | None
+    ) -> list[PortValue]:
+        metric, aggregation = _MEASURES[measure]
+        request = telemetry_pb2.TopLinksRequest(
+            source=source,
+            metric=metric,
+            aggregation=aggregation,
+            ports=telemetry_pb2.PortSelector(patterns=ports),
+            limit=100_000,
+        )
+        if window is not None:
+            request.time_range.CopyFrom(common_pb2.TimeRange(start_ns=window.start_ns, end_ns=window.end_ns))
         try:
             reply = await self.stub.TopLinks(request, timeout=60, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "telemetry", "source") from exc
-        return list(reply.ports)
+        return port_values(reply.ports)

@@ -29,8 +29,9 @@ import grpc
 from fabrictwin.v1 import common_pb2, simulation_pb2, simulation_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common.errors import Unavailable
+from services.common.errors import AlreadyExists, Unavailable
 from services.common.peers import PeerAuth, auth_metadata, domain_error, peer_channel
+from services.orchestrator.contracts import SimulatorLost
 
 __all__ = ["GrpcSimulators", "SimulatorLost"]
 
@@ -65,10 +66,6 @@ _REPLICA_CHANNEL_OPTIONS = (
 )
 
 
-class SimulatorLost(Unavailable):
-    """The replica running a simulation stopped answering, or answers without it: the work is lost."""
-
-
 class GrpcSimulators:
     """Simulator replicas: simulations go round-robin over those that answer; each is followed on its own."""
 
@@ -83,7 +80,7 @@ class GrpcSimulators:
         self._auth = auth
         self.metadata = auth_metadata(auth)
         self._targets = list(targets)
-        self._stubs: dict[str, simulation_pb2_grpc.SimulationServiceStub] = {}
+        self._stubs: dict[str, simulation_pb2_grpc.SimulationServiceAsyncStub] = {}
         self._health: dict[str, health_pb2_grpc.HealthStub] = {}
         self.channels: list[grpc.aio.Channel] = []
         self._order: list[str] = []
@@ -102,7 +99,7 @@ class GrpcSimulators:
         if target.startswith("dns:"):
             host, _, port = target.rsplit("/", 1)[-1].rpartition(":")
             infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-            found = {info[4][0] for info in infos}
+            found = {str(info[4][0]) for info in infos}
             return sorted(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip in found)
         return [target]
 
@@ -145,7 +142,8 @@ class GrpcSimulators:
     async def _serving(self, address: str) -> bool:
         """True when the replica answers its health Check with SERVING within CHECK_SECONDS."""
         try:
-            reply = await self._health[address].Check(
+            # types-grpcio-health-checking declares HealthStub without its methods.
+            reply: health_pb2.HealthCheckResponse = await self._health[address].Check(  # type: ignore[attr-defined]
                 health_pb2.HealthCheckRequest(service=HEALTH_SERVICE),
                 timeout=self.CHECK_SECONDS,
                 metadata=self.metadata,
@@ -200,8 +198,16 @@ class GrpcSimulators:
                 back = True
         return back
 
-    async def start(self, spec: simulation_pb2.SimulationSpec) -> simulation_pb2.Simulation:
-        """Start `spec` on a replica that answers; Unavailable when none can take it."""
+    async def start(
+        self, spec: simulation_pb2.SimulationSpec, simulation_id: str = ""
+    ) -> simulation_pb2.Simulation:
+        """Start `spec` on a replica that answers, as `simulations/{simulation_id}` if given;
+        Unavailable when none can take it.
+
+        A re-run may reach a replica that still holds the simulation under that name (its stream
+        broke, the replica did not go away): the same spec there is the same simulation, and is
+        followed rather than started twice; another spec under that name is AlreadyExists.
+        """
         await self._resolve()
         tried: set[str] = set()
         while True:
@@ -220,15 +226,35 @@ class GrpcSimulators:
                 continue
             try:
                 simulation = await self._stubs[address].StartSimulation(
-                    simulation_pb2.StartSimulationRequest(spec=spec), timeout=60, metadata=self.metadata
+                    simulation_pb2.StartSimulationRequest(simulation_id=simulation_id, spec=spec),
+                    timeout=60,
+                    metadata=self.metadata,
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in _GONE_CODES and not await self._serving(address):
                     self._take_out(address)
                     continue  # the replica is gone, not the spec refused: try another
-                raise domain_error(exc, "simulator", "scenario") from exc
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS and simulation_id:
+                    simulation = await self._same_simulation(address, simulation_id, spec)
+                else:
+                    raise domain_error(exc, "simulator", "scenario") from exc
             self._owner[simulation.name] = address
             return simulation
+
+    async def _same_simulation(
+        self, address: str, simulation_id: str, spec: simulation_pb2.SimulationSpec
+    ) -> simulation_pb2.Simulation:
+        """The simulation `address` already holds under this id, if it runs `spec`."""
+        name = f"simulations/{simulation_id}"
+        try:
+            held = await self._stubs[address].GetSimulation(
+                simulation_pb2.GetSimulationRequest(name=name), timeout=30, metadata=self.metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise domain_error(exc, "simulator", "scenario") from exc
+        if held.spec != spec:
+            raise AlreadyExists(f"simulator replica {address} holds another simulation named {name}")
+        return held
 
     async def watch(self, name: str) -> AsyncIterator[simulation_pb2.Simulation]:
         """The simulation now and at every change, from its replica, until a terminal state.
@@ -268,10 +294,23 @@ class GrpcSimulators:
             self._owner.pop(name, None)
 
     async def get(self, name: str) -> simulation_pb2.Simulation:
+        """The simulation now, from its replica (one call: runs follow simulations with `watch`)."""
         stub = self._stubs[self._owner.get(name, self._order[0])]
         try:
             return await stub.GetSimulation(
                 simulation_pb2.GetSimulationRequest(name=name), timeout=30, metadata=self.metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise domain_error(exc, "simulator") from exc
+
+    async def cancel(self, name: str) -> None:
+        """Cancel a simulation on the replica running it (a run that will not use its result)."""
+        address = self._owner.pop(name, None)
+        if address is None:
+            return
+        try:
+            await self._stubs[address].CancelSimulation(
+                simulation_pb2.CancelSimulationRequest(name=name), timeout=30, metadata=self.metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, "simulator") from exc

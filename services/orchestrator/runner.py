@@ -1,180 +1,233 @@
 """Executes a scenario run: one simulation per mode and sweep point, spread over simulator replicas.
 
-Free of gRPC: it talks to the other services through the Protocols in `peers.py`. A run's progress
-is the fraction of its simulations that have finished; every change goes to a `RunRecord` (saved,
-then announced to watchers): the whole run at its start and end, one result as its simulation
-starts or ends, so a change costs the size of one result, not of the run. A simulation whose
-replica went away (`SimulatorLost`) is started again on one that answers, at most `reruns` times:
-a simulation is deterministic, so the re-run's result is the one the lost run would have given. A
-mode fails only when no replica can take it.
+Free of gRPC and protobuf: it works on the domain of `model.py` and talks to the other services
+through the Protocols of `contracts.py`. The run owns its contract with the simulators:
+
+- it names each simulation (`simulations/{id}`) before starting it, and alone creates the telemetry
+  source its series go to, with `simulation` set to that name;
+- every simulation runs on the routing version the run pinned when it started: a simulation the
+  simulator would run on other routes (the fabric's routes changed mid-run) is cancelled, it and every
+  simulation not yet started fail with FAILED_PRECONDITION saying which versions differ, and no two
+  results of one run ever compare different routes;
+- a simulation whose replica went away (`SimulatorLost`) is started again, under the same name, on a
+  replica that answers, at most `reruns` times: a simulation is deterministic, so the re-run's result
+  is the one the lost run would have given. A mode fails only when no replica can take it.
+
+A run's progress is the fraction of its simulations that have finished; every change goes to a
+`RunRecord` (saved, then announced to watchers): the whole run at its start and end, one result as
+its simulation starts or ends, so a change costs the size of one result, not of the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from typing import Protocol
 
-from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
-
-from services.common.errors import FabricTwinError, Unavailable, status_code_number
-from services.orchestrator.peers import SimulatorLost, SimulatorPeer, TelemetryPeer
-from services.orchestrator.scenarios import PlannedSimulation
+from services.common.errors import FabricTwinError, FailedPrecondition, Unavailable, status_code_number
+from services.common.resources import new_id
+from services.orchestrator.contracts import SimulatorLost, SimulatorPeer, TelemetryPeer
+from services.orchestrator.model import (
+    Error,
+    JobState,
+    ModeResult,
+    PlannedSimulation,
+    Run,
+    SimulatedSource,
+    SimulationRequest,
+    SimulationStatus,
+)
 
 __all__ = ["RunRecord", "execute_run"]
 
 log = logging.getLogger("fabrictwin.orchestrator")
 
-_TERMINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
-
 
 class RunRecord(Protocol):
     """Where a run's changes go: saved, then announced to its watchers."""
 
-    async def run_changed(self, run: scenario_pb2.Run) -> None:
+    async def run_changed(self, run: Run) -> None:
         """The run as a whole, its own fields and every result: at its start and its end."""
 
-    async def result_changed(self, run: scenario_pb2.Run, position: int) -> None:
+    async def result_changed(self, run: Run, position: int) -> None:
         """`run.results[position]` alone, as its simulation starts or ends."""
 
 
-def _fill_result(result: scenario_pb2.ModeResult, simulation: simulation_pb2.Simulation) -> None:
-    result.state = simulation.state
-    if simulation.state == common_pb2.JOB_STATE_SUCCEEDED:
-        outcome = simulation.result
-        result.makespan_ns = outcome.makespan_ns
-        if outcome.jobs:
-            result.busbw_gbps = outcome.jobs[0].busbw_gbps
-            result.ideal_completion_ns = outcome.jobs[0].ideal_completion_ns
-        result.jobs.extend(outcome.jobs)
-        result.uplink_skew.CopyFrom(outcome.uplink_skew)
-        result.model_notes.extend(outcome.model_notes)
-    elif simulation.HasField("error"):
-        result.error.CopyFrom(simulation.error)
+class _RoutingPin:
+    """The run's routing version, and what became of it once the fabric's routes moved on."""
+
+    def __init__(self, fabric: str, version: int) -> None:
+        self.fabric = fabric
+        self.version = version
+        self.moved_to: int | None = None
+
+    def check(self, status: SimulationStatus) -> None:
+        """FailedPrecondition when the simulator would run `status` on other routes than the pinned ones."""
+        if status.routing_version != self.version:
+            self.moved_to = status.routing_version
+            raise FailedPrecondition(
+                f"the routes of {self.fabric} changed during the run: the run is pinned to routing "
+                f"version {self.version} and {status.name} would run on version {status.routing_version}; "
+                "it was cancelled so that no two results of the run compare different routes "
+                "(run the scenario again to simulate the new routes)"
+            )
+
+    def check_before_start(self) -> None:
+        if self.moved_to is not None:
+            raise FailedPrecondition(
+                f"not started: the routes of {self.fabric} changed during the run (pinned routing version "
+                f"{self.version}, the simulators now have version {self.moved_to}); a run never compares "
+                "results on different routes (run the scenario again to simulate the new routes)"
+            )
 
 
-async def _follow(
-    planned: PlannedSimulation,
-    result: scenario_pb2.ModeResult,
-    simulators: SimulatorPeer,
-    changed: Callable[[], Awaitable[None]],
-) -> simulation_pb2.Simulation:
-    """Start the simulation and follow it to its end; SimulatorLost when its replica goes away."""
-    simulation = await simulators.start(planned.spec)
-    result.simulation = simulation.name
-    result.state = simulation.state
-    await changed()
-    async for update in simulators.watch(result.simulation):
-        simulation = update  # the watch ends after the terminal state
-    if simulation.state not in _TERMINAL:
-        raise SimulatorLost(f"{result.simulation}: the simulator stopped reporting before it finished")
-    return simulation
+class _Execution:
+    """One run in progress: its simulations' names, its routing pin, and where its changes go."""
 
+    def __init__(
+        self,
+        run: Run,
+        planned: Sequence[PlannedSimulation],
+        simulators: SimulatorPeer,
+        telemetry: TelemetryPeer | None,
+        record: RunRecord,
+        reruns: int,
+    ) -> None:
+        self.run = run
+        self.planned = planned
+        self.simulators = simulators
+        self.telemetry = telemetry if run.scenario.store_telemetry else None
+        self.record = record
+        self.reruns = reruns
+        self.pin = _RoutingPin(run.scenario.fabric, run.routing_version)
+        self.ids = [new_id("sim") for _ in planned]  # a simulation keeps its name across re-runs
+        self.lock = asyncio.Lock()  # one write at a time, in the order the changes happened
+        self.finished: set[int] = set()  # positions of terminal results: counted, not summed per change
 
-async def _one(
-    planned: PlannedSimulation,
-    result: scenario_pb2.ModeResult,
-    simulators: SimulatorPeer,
-    changed: Callable[[], Awaitable[None]],
-    reruns: int,
-) -> None:
-    try:
-        for attempt in range(reruns + 1):
+    def update(self, position: int, **changes: object) -> None:
+        self.run.results[position] = dataclasses.replace(self.run.results[position], **changes)  # type: ignore[arg-type]
+
+    async def changed(self, position: int) -> None:
+        async with self.lock:
+            if self.run.results[position].state.terminal:
+                self.finished.add(position)
+                self.run.fraction = len(self.finished) / len(self.run.results)
+            await self.record.result_changed(self.run, position)
+
+    async def simulate(self, position: int) -> None:
+        """Run one planned simulation to its end and record its result; never raises a domain error."""
+        point = self.planned[position]
+        simulation_id = self.ids[position]
+        try:
+            self.pin.check_before_start()
+            source_id = ""
+            if self.telemetry is not None:
+                source_id = simulation_id
+                await self.telemetry.create_source(
+                    SimulatedSource(
+                        source_id=source_id,
+                        display_name=f"{self.run.name} {point.label}",
+                        fabric=self.run.scenario.fabric,
+                        simulation=f"simulations/{simulation_id}",
+                    )
+                )
+                self.update(position, telemetry_source=f"sources/{source_id}")
+            request = SimulationRequest(simulation_id, self.run.scenario, point, source_id)
+            status = await self._with_reruns(position, request)
+            self.update(
+                position,
+                state=status.state,
+                routing_version=status.routing_version,
+                outcome=status.outcome if status.state is JobState.SUCCEEDED else None,
+                error=status.error,
+            )
+        except FabricTwinError as exc:
+            self.update(position, state=JobState.FAILED, error=Error.of(exc))
+        await self.changed(position)
+
+    async def _with_reruns(self, position: int, request: SimulationRequest) -> SimulationStatus:
+        for attempt in range(self.reruns + 1):
             try:
-                simulation = await _follow(planned, result, simulators, changed)
-                break
+                return await self._follow(position, request)
             except SimulatorLost as lost:
                 log.warning(
                     "simulation lost with its replica; starting it again",
-                    extra={"simulation": result.simulation, "label": result.label, "reason": str(lost)},
+                    extra={
+                        "simulation": request.simulation_id,
+                        "label": request.point.label,
+                        "reason": str(lost),
+                    },
                 )
-                if attempt == reruns:
+                if attempt == self.reruns:
                     raise Unavailable(
-                        f"lost {reruns + 1} times with its simulator replica; last: {lost}"
+                        f"lost {self.reruns + 1} times with its simulator replica; last: {lost}"
                     ) from lost
-        _fill_result(result, simulation)
-    except FabricTwinError as exc:
-        result.state = common_pb2.JOB_STATE_FAILED
-        result.error.CopyFrom(common_pb2.ErrorStatus(code=status_code_number(exc.code), message=str(exc)))
-    await changed()
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _follow(self, position: int, request: SimulationRequest) -> SimulationStatus:
+        """Start the simulation and follow it to its end; SimulatorLost when its replica goes away."""
+        status = await self.simulators.start(request)
+        self.update(position, simulation=status.name, state=status.state)
+        try:
+            self.pin.check(status)
+        except FailedPrecondition:
+            with contextlib.suppress(FabricTwinError):
+                await self.simulators.cancel(status.name)
+            raise
+        await self.changed(position)
+        async for update in self.simulators.watch(status.name):
+            status = update  # the watch ends after the terminal state
+        if not status.state.terminal:
+            raise SimulatorLost(f"{status.name}: the simulator stopped reporting before it finished")
+        return status
 
 
 async def execute_run(
-    run: scenario_pb2.Run,
-    planned: list[PlannedSimulation],
+    run: Run,
+    planned: Sequence[PlannedSimulation],
     simulators: SimulatorPeer,
     telemetry: TelemetryPeer | None,
     record: RunRecord,
     *,
-    store_telemetry: bool = False,
     parallelism: int = 8,
     reruns: int = 3,
-) -> scenario_pb2.Run:
-    """Run every planned simulation (at most `parallelism` at once) and fill `run` as they finish.
-
-    A simulation lost with its replica is started again elsewhere up to `reruns` times.
+) -> Run:
+    """Run every planned simulation (at most `parallelism` at once) on `run.routing_version` and fill
+    `run` as they finish. A simulation lost with its replica is started again elsewhere up to `reruns`
+    times. With `run.scenario.store_telemetry`, each simulation's series go to a source of its own.
     """
-    run.state = common_pb2.JOB_STATE_RUNNING
-    run.progress.stage = "simulating"
-    del run.results[:]
-    for i, p in enumerate(planned):
-        result = run.results.add(label=p.label, state=common_pb2.JOB_STATE_PENDING)
-        result.load_balancing.CopyFrom(p.spec.load_balancing)
-        result.sweep_point.update(p.sweep_point)
-        if store_telemetry:
-            source_id = f"{run.name.rsplit('/', 1)[-1]}-{i}"
-            result.telemetry_source = f"sources/{source_id}"
-            p.spec.telemetry_source = source_id
+    run.state = JobState.RUNNING
+    run.stage = "simulating"
+    run.results = [ModeResult(p.label, p.mode.load_balancing, dict(p.sweep_point)) for p in planned]
     await record.run_changed(run)
 
-    lock = asyncio.Lock()  # one write at a time, in the order the changes happened
-    finished: set[int] = set()  # positions of terminal results: counted, not summed per change
-
-    def changed_for(position: int) -> Callable[[], Awaitable[None]]:
-        async def changed() -> None:
-            async with lock:
-                if run.results[position].state in _TERMINAL:
-                    finished.add(position)
-                    run.progress.fraction = len(finished) / len(run.results)
-                await record.result_changed(run, position)
-
-        return changed
-
-    if store_telemetry and telemetry is not None:
-        for p, result in zip(planned, run.results, strict=True):
-            await telemetry.create_source(
-                p.spec.telemetry_source,
-                telemetry_pb2.Source(
-                    kind=telemetry_pb2.SOURCE_KIND_SIMULATED,
-                    display_name=f"{run.name} {result.label}",
-                    fabric=p.spec.fabric,
-                ),
-            )
-
+    execution = _Execution(run, planned, simulators, telemetry, record, reruns)
     gate = asyncio.Semaphore(max(1, parallelism))
 
-    async def gated(position: int, p: PlannedSimulation) -> None:
+    async def gated(position: int) -> None:
         async with gate:
-            await _one(p, run.results[position], simulators, changed_for(position), reruns)
+            await execution.simulate(position)
 
-    await asyncio.gather(*(gated(i, p) for i, p in enumerate(planned)))
-    failed = [r for r in run.results if r.state != common_pb2.JOB_STATE_SUCCEEDED]
+    await asyncio.gather(*(gated(i) for i in range(len(planned))))
+    failed = [r for r in run.results if r.state is not JobState.SUCCEEDED]
     if failed:
         # No silent partial result: one failed mode fails the run; each mode keeps its own state
         # and error, and the successful ones keep their results for inspection.
-        run.state = common_pb2.JOB_STATE_FAILED
-        run.error.CopyFrom(failed[0].error)
-        names = ", ".join(
-            f"{r.label}: {r.error.message or common_pb2.JobState.Name(r.state)}" for r in failed
+        names = ", ".join(f"{r.label}: {r.error.message if r.error else r.state.value}" for r in failed)
+        run.state = JobState.FAILED
+        run.error = Error(
+            failed[0].error.code if failed[0].error else status_code_number("CANCELLED"),
+            f"{len(failed)} of {len(run.results)} simulations failed ({names})",
         )
-        run.error.message = f"{len(failed)} of {len(run.results)} simulations failed ({names})"
     else:
-        run.state = common_pb2.JOB_STATE_SUCCEEDED
-    run.progress.fraction = 1.0
-    run.progress.stage = "done"
-    run.end_time.FromDatetime(dt.datetime.now(dt.UTC))
+        run.state = JobState.SUCCEEDED
+    run.fraction = 1.0
+    run.stage = "done"
+    run.end_time = dt.datetime.now(dt.UTC)
     await record.run_changed(run)
-    log.info("run finished", extra={"run": run.name, "state": common_pb2.JobState.Name(run.state)})
+    log.info("run finished", extra={"run": run.name, "state": run.state.value})
     return run

@@ -1,4 +1,8 @@
-"""ScenarioService: proto <-> orchestrator core. Validation and run logic live in the core modules."""
+"""ScenarioService: proto <-> orchestrator core. Validation and run logic live in the core modules.
+
+Requests are checked (`messages.validate_scenario`) and turned into the domain here; responses are
+built from the domain by `messages.py`; the core modules never see a message.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from fabrictwin.v1 import common_pb2, scenario_pb2, scenario_pb2_grpc, telemetry_pb2
+import grpc
+from fabrictwin.v1 import scenario_pb2, scenario_pb2_grpc
 
 from services.common.errors import InvalidArgument, status_code_number
 from services.common.resources import (
@@ -18,19 +23,25 @@ from services.common.resources import (
     validate_id,
 )
 from services.orchestrator import comparison, diagnosis
-from services.orchestrator.peers import SimulatorPeer, TelemetryPeer, TopologyPeer
-from services.orchestrator.runner import execute_run
-from services.orchestrator.scenarios import (
-    DEFAULT_MAX_SIMULATIONS_PER_RUN,
-    check_run_size,
-    expand,
+from services.orchestrator.contracts import Measure, SimulatorPeer, TelemetryPeer, TopologyPeer
+from services.orchestrator.messages import (
+    comparison_to_proto,
+    finding_to_proto,
+    run_to_proto,
+    scenario_from_proto,
+    scenario_to_proto,
     validate_scenario,
+    window_from_proto,
 )
+from services.orchestrator.model import Error, JobState, Run
+from services.orchestrator.runner import execute_run
+from services.orchestrator.scenarios import DEFAULT_MAX_SIMULATIONS_PER_RUN, check_run_size, expand
 from services.orchestrator.store import ScenarioStore
 
 __all__ = ["ScenarioServicer"]
 
-_TERMINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
+_Context = grpc.aio.ServicerContext[object, object]
+
 _UPDATABLE = {
     "display_name",
     "fabric",
@@ -59,11 +70,11 @@ class _StoredRun:
         self.run_id = run_id
         self.changed = changed
 
-    async def run_changed(self, run: scenario_pb2.Run) -> None:
+    async def run_changed(self, run: Run) -> None:
         await asyncio.to_thread(self.store.save_run, self.run_id, run)
         await self._announce()
 
-    async def result_changed(self, run: scenario_pb2.Run, position: int) -> None:
+    async def result_changed(self, run: Run, position: int) -> None:
         await asyncio.to_thread(self.store.save_result, self.run_id, position, run.results[position])
         await self._announce()
 
@@ -87,45 +98,52 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         self.simulators = simulators
         self.telemetry = telemetry
         self._changed = asyncio.Condition()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Run]] = set()
 
     async def recover(self) -> None:
         """Runs a previous process left unfinished cannot be resumed: mark them FAILED, say why."""
         for run_id, run in await asyncio.to_thread(self.store.unfinished_runs):
-            run.state = common_pb2.JOB_STATE_FAILED
-            run.error.CopyFrom(
-                common_pb2.ErrorStatus(
-                    code=status_code_number("ABORTED"),
-                    message="the orchestrator restarted while this run was in progress",
-                )
+            run.state = JobState.FAILED
+            run.error = Error(
+                status_code_number("ABORTED"), "the orchestrator restarted while this run was in progress"
             )
             await asyncio.to_thread(self.store.save_run, run_id, run)
 
     # Scenarios ------------------------------------------------------------------------------------
 
-    async def CreateScenario(self, request, context):
+    async def CreateScenario(
+        self, request: scenario_pb2.CreateScenarioRequest, context: _Context
+    ) -> scenario_pb2.Scenario:
         scenario_id = (
             validate_id(request.scenario_id, "scenario_id") if request.scenario_id else new_id("scn")
         )
-        scenario = scenario_pb2.Scenario()
-        scenario.CopyFrom(request.scenario)
-        validate_scenario(scenario)
+        validate_scenario(request.scenario)
+        scenario = scenario_from_proto(request.scenario)
         check_run_size(scenario, self.max_simulations_per_run)
         await self.topology.get_fabric(scenario.fabric)
-        return await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
+        created = await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
+        return scenario_to_proto(created)
 
-    async def GetScenario(self, request, context):
+    async def GetScenario(
+        self, request: scenario_pb2.GetScenarioRequest, context: _Context
+    ) -> scenario_pb2.Scenario:
         ids = parse_name(request.name, "scenarios/{scenario}")
-        return await asyncio.to_thread(self.store.get_scenario, ids["scenario"])
+        return scenario_to_proto(await asyncio.to_thread(self.store.get_scenario, ids["scenario"]))
 
-    async def ListScenarios(self, request, context):
+    async def ListScenarios(
+        self, request: scenario_pb2.ListScenariosRequest, context: _Context
+    ) -> scenario_pb2.ListScenariosResponse:
         size = page_size(request.page_size)
         offset = decode_page_token(request.page_token)
         found = await asyncio.to_thread(self.store.list_scenarios, offset, size + 1)
         token = encode_page_token(offset + size) if len(found) > size else ""
-        return scenario_pb2.ListScenariosResponse(scenarios=found[:size], next_page_token=token)
+        return scenario_pb2.ListScenariosResponse(
+            scenarios=[scenario_to_proto(s) for s in found[:size]], next_page_token=token
+        )
 
-    async def UpdateScenario(self, request, context):
+    async def UpdateScenario(
+        self, request: scenario_pb2.UpdateScenarioRequest, context: _Context
+    ) -> scenario_pb2.Scenario:
         ids = parse_name(request.scenario.name, "scenarios/{scenario}", "scenario.name")
         paths = list(request.update_mask.paths)
         if not paths:
@@ -136,68 +154,65 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
                     "update_mask", f"{path!r} cannot be updated; updatable: {sorted(_UPDATABLE)}"
                 )
         current = await asyncio.to_thread(self.store.get_scenario, ids["scenario"])
-        updated = scenario_pb2.Scenario()
-        updated.CopyFrom(current)
+        updated = scenario_to_proto(current)
         for path in paths:
-            updated.ClearField(path)
+            updated.ClearField(path)  # type: ignore[arg-type]
         request.update_mask.MergeMessage(
             request.scenario, updated, replace_message_field=True, replace_repeated_field=True
         )
         validate_scenario(updated)
-        check_run_size(updated, self.max_simulations_per_run)
-        if updated.fabric != current.fabric:
-            await self.topology.get_fabric(updated.fabric)
-        await asyncio.to_thread(self.store.update_scenario, ids["scenario"], updated)
+        scenario = scenario_from_proto(updated)
+        check_run_size(scenario, self.max_simulations_per_run)
+        if scenario.fabric != current.fabric:
+            await self.topology.get_fabric(scenario.fabric)
+        await asyncio.to_thread(self.store.update_scenario, ids["scenario"], scenario)
         return updated
 
-    async def DeleteScenario(self, request, context):
+    async def DeleteScenario(
+        self, request: scenario_pb2.DeleteScenarioRequest, context: _Context
+    ) -> scenario_pb2.DeleteScenarioResponse:
         ids = parse_name(request.name, "scenarios/{scenario}")
         await asyncio.to_thread(self.store.delete_scenario, ids["scenario"])
         return scenario_pb2.DeleteScenarioResponse()
 
     # Runs -----------------------------------------------------------------------------------------
 
-    async def RunScenario(self, request, context):
+    async def RunScenario(
+        self, request: scenario_pb2.RunScenarioRequest, context: _Context
+    ) -> scenario_pb2.Run:
         ids = parse_name(request.scenario, "scenarios/{scenario}", "scenario")
         run_id = validate_id(request.run_id, "run_id") if request.run_id else new_id("run")
         scenario = await asyncio.to_thread(self.store.get_scenario, ids["scenario"])
         # The limit may have been lowered since the scenario was stored: refuse before any work.
         check_run_size(scenario, self.max_simulations_per_run)
-        await self.topology.get_fabric(scenario.fabric)
+        fabric = await self.topology.get_fabric(scenario.fabric)  # the routes every simulation runs on
         planned = await asyncio.to_thread(expand, scenario, self.max_simulations_per_run)
-        run = scenario_pb2.Run(
+        run = Run(
             name=f"{scenario.name}/runs/{run_id}",
-            state=common_pb2.JOB_STATE_PENDING,
-            progress=common_pb2.Progress(fraction=0.0, stage="queued"),
             scenario=scenario,
+            state=JobState.PENDING,
+            routing_version=fabric.routing_version,
+            stage="queued",
         )
         run = await asyncio.to_thread(self.store.create_run, ids["scenario"], run_id, run)
-        snapshot = scenario_pb2.Run()
-        snapshot.CopyFrom(run)
+        snapshot = run_to_proto(run)
 
         record = _StoredRun(self.store, run_id, self._changed)
-        task = asyncio.create_task(
-            execute_run(
-                run,
-                planned,
-                self.simulators,
-                self.telemetry,
-                record,
-                store_telemetry=scenario.store_telemetry,
-            )
-        )
+        task = asyncio.create_task(execute_run(run, planned, self.simulators, self.telemetry, record))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return snapshot
 
-    async def _get_run(self, name: str, field: str = "name") -> scenario_pb2.Run:
+    async def _get_run(self, name: str, field: str = "name") -> Run:
         ids = parse_name(name, "scenarios/{scenario}/runs/{run}", field)
         return await asyncio.to_thread(self.store.get_run, ids["scenario"], ids["run"])
 
-    async def GetRun(self, request, context):
-        return await self._get_run(request.name)
+    async def GetRun(self, request: scenario_pb2.GetRunRequest, context: _Context) -> scenario_pb2.Run:
+        return run_to_proto(await self._get_run(request.name))
 
-    async def ListRuns(self, request, context):
+    async def ListRuns(
+        self, request: scenario_pb2.ListRunsRequest, context: _Context
+    ) -> scenario_pb2.ListRunsResponse:
         ids = parse_name(request.parent, "scenarios/{scenario}", "parent")
         scenario_id = None if ids["scenario"] == "-" else ids["scenario"]
         if scenario_id is not None:
@@ -206,60 +221,55 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         offset = decode_page_token(request.page_token)
         found = await asyncio.to_thread(self.store.list_runs, scenario_id, offset, size + 1)
         token = encode_page_token(offset + size) if len(found) > size else ""
-        return scenario_pb2.ListRunsResponse(runs=found[:size], next_page_token=token)
+        return scenario_pb2.ListRunsResponse(
+            runs=[run_to_proto(r) for r in found[:size]], next_page_token=token
+        )
 
-    async def WatchRun(self, request, context) -> AsyncIterator[scenario_pb2.Run]:
+    async def WatchRun(
+        self, request: scenario_pb2.WatchRunRequest, context: _Context
+    ) -> AsyncIterator[scenario_pb2.Run]:
         last = b""
         while True:
             run = await self._get_run(request.name)
-            body = run.SerializeToString(deterministic=True)
+            message = run_to_proto(run)
+            body = message.SerializeToString(deterministic=True)
             if body != last:
                 last = body
-                yield run
-            if run.state in _TERMINAL:
+                yield message
+            if run.state.terminal:
                 return
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), timeout=1.0)
 
-    async def CompareRuns(self, request, context):
+    async def CompareRuns(
+        self, request: scenario_pb2.CompareRunsRequest, context: _Context
+    ) -> scenario_pb2.Comparison:
         if not request.runs:
             raise InvalidArgument("runs", "at least one run name is required")
         runs = [await self._get_run(name, f"runs[{i}]") for i, name in enumerate(request.runs)]
-        return comparison.compare(runs, request.baseline)
+        return comparison_to_proto(comparison.compare(runs, request.baseline))
 
-    async def Diagnose(self, request, context):
+    async def Diagnose(
+        self, request: scenario_pb2.DiagnoseRequest, context: _Context
+    ) -> scenario_pb2.Diagnosis:
         if not request.source:
             raise InvalidArgument("source", "required (`sources/{source}`)")
         parse_name(request.source, "sources/{source}", "source")
-        await self.telemetry.get_source(request.source)
-        window = request.time_range if request.HasField("time_range") else None
-        selector = telemetry_pb2.PortSelector(patterns=list(request.ports))
-        common = {"source": request.source, "ports": selector, "limit": 100_000}
-        if window is not None:
-            common["time_range"] = window
-        utilisation = await self.telemetry.top_ports(
-            telemetry_pb2.TopLinksRequest(
-                metric=telemetry_pb2.METRIC_UTILISATION, aggregation=telemetry_pb2.AGGREGATION_AVG, **common
-            )
-        )
-        drops = await self.telemetry.top_ports(
-            telemetry_pb2.TopLinksRequest(
-                metric=telemetry_pb2.METRIC_DROPS, aggregation=telemetry_pb2.AGGREGATION_SUM, **common
-            )
-        )
-        errors = await self.telemetry.top_ports(
-            telemetry_pb2.TopLinksRequest(
-                metric=telemetry_pb2.METRIC_RCV_ERRORS, aggregation=telemetry_pb2.AGGREGATION_SUM, **common
-            )
-        )
-        findings = []
+        await self.telemetry.check_source(request.source)
+        window = window_from_proto(request.time_range) if request.HasField("time_range") else None
+        ports = list(request.ports)
+        utilisation, drops, errors = [
+            await self.telemetry.top_ports(request.source, measure, ports, window)
+            for measure in (Measure.MEAN_UTILISATION, Measure.TOTAL_DROPS, Measure.TOTAL_RECEIVE_ERRORS)
+        ]
+        findings: list[diagnosis.Finding] = []
         pinning = diagnosis.ecmp_pinning(utilisation, window)
         if pinning is not None:
             findings.append(pinning)
         findings.extend(diagnosis.lossy_links(drops, window, errors))
         findings.sort(key=lambda f: -f.severity)
-        return scenario_pb2.Diagnosis(source=request.source, findings=findings)
+        return scenario_pb2.Diagnosis(source=request.source, findings=[finding_to_proto(f) for f in findings])
 
     async def close(self) -> None:
         for task in list(self._tasks):

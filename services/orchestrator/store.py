@@ -1,7 +1,8 @@
 """SQL store of scenarios and runs.
 
-Each row keeps the few columns that are queried (ids, scenario, state, times) and the resource as
-its serialized protobuf message, so the API's shape and the stored shape never drift.
+It keeps the domain model of `model.py`. Each row holds the few columns that are queried (ids,
+scenario, state, times) and the resource as the bytes of its API message (`messages.py` converts), so
+the API's shape and the stored shape never drift and rows written by earlier versions read as before.
 
 A run's results are rows of their own (`orchestrator_run_results`, one per simulation, by position),
 so a simulation that starts or ends rewrites its own few hundred bytes, not the whole run: a
@@ -13,10 +14,11 @@ its body, and is read as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
-from fabrictwin.v1 import common_pb2, scenario_pb2
+from fabrictwin.v1 import scenario_pb2
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -38,6 +40,15 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from services.common.errors import AlreadyExists, NotFound
+from services.orchestrator.messages import (
+    result_to_proto,
+    run_from_proto,
+    run_to_proto,
+    scenario_from_proto,
+    scenario_to_proto,
+    state_number,
+)
+from services.orchestrator.model import JobState, ModeResult, Run, Scenario
 
 __all__ = ["ScenarioStore"]
 
@@ -74,8 +85,6 @@ run_results = Table(
     Column("body", LargeBinary, nullable=False),  # the ModeResult
 )
 
-_TERMINAL = (common_pb2.JOB_STATE_SUCCEEDED, common_pb2.JOB_STATE_FAILED, common_pb2.JOB_STATE_CANCELLED)
-
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -88,39 +97,38 @@ class ScenarioStore:
         self.engine = engine
         metadata.create_all(engine)
 
-    def create_scenario(self, scenario_id: str, scenario: scenario_pb2.Scenario) -> scenario_pb2.Scenario:
+    def create_scenario(self, scenario_id: str, scenario: Scenario) -> Scenario:
         now = _now()
-        scenario.name = f"scenarios/{scenario_id}"
-        scenario.create_time.FromDatetime(now)
+        scenario = dataclasses.replace(scenario, name=f"scenarios/{scenario_id}", create_time=now)
         try:
             with self.engine.begin() as conn:
                 conn.execute(
                     insert(scenarios).values(
-                        id=scenario_id, create_time=now, body=scenario.SerializeToString()
+                        id=scenario_id, create_time=now, body=scenario_to_proto(scenario).SerializeToString()
                     )
                 )
         except IntegrityError as exc:
             raise AlreadyExists(f"scenario_id: scenarios/{scenario_id} exists already") from exc
         return scenario
 
-    def get_scenario(self, scenario_id: str) -> scenario_pb2.Scenario:
+    def get_scenario(self, scenario_id: str) -> Scenario:
         with self.engine.connect() as conn:
             body = conn.execute(select(scenarios.c.body).where(scenarios.c.id == scenario_id)).scalar()
         if body is None:
             raise NotFound(f"scenarios/{scenario_id} does not exist")
-        return scenario_pb2.Scenario.FromString(body)
+        return scenario_from_proto(scenario_pb2.Scenario.FromString(body))
 
-    def update_scenario(self, scenario_id: str, scenario: scenario_pb2.Scenario) -> None:
+    def update_scenario(self, scenario_id: str, scenario: Scenario) -> None:
         with self.engine.begin() as conn:
             result = conn.execute(
                 update(scenarios)
                 .where(scenarios.c.id == scenario_id)
-                .values(body=scenario.SerializeToString())
+                .values(body=scenario_to_proto(scenario).SerializeToString())
             )
         if result.rowcount == 0:
             raise NotFound(f"scenarios/{scenario_id} does not exist")
 
-    def list_scenarios(self, offset: int, limit: int) -> list[scenario_pb2.Scenario]:
+    def list_scenarios(self, offset: int, limit: int) -> list[Scenario]:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(scenarios.c.body)
@@ -128,7 +136,7 @@ class ScenarioStore:
                 .offset(offset)
                 .limit(limit)
             ).scalars()
-            return [scenario_pb2.Scenario.FromString(b) for b in rows]
+            return [scenario_from_proto(scenario_pb2.Scenario.FromString(b)) for b in rows]
 
     def delete_scenario(self, scenario_id: str) -> None:
         with self.engine.begin() as conn:
@@ -139,9 +147,9 @@ class ScenarioStore:
         if result.rowcount == 0:
             raise NotFound(f"scenarios/{scenario_id} does not exist")
 
-    def create_run(self, scenario_id: str, run_id: str, run: scenario_pb2.Run) -> scenario_pb2.Run:
+    def create_run(self, scenario_id: str, run_id: str, run: Run) -> Run:
         now = _now()
-        run.create_time.FromDatetime(now)
+        run.create_time = now
         try:
             with self.engine.begin() as conn:
                 seq = conn.execute(select(func.coalesce(func.max(runs.c.seq), 0))).scalar_one() + 1
@@ -150,7 +158,7 @@ class ScenarioStore:
                         id=run_id,
                         scenario_id=scenario_id,
                         seq=seq,
-                        state=run.state,
+                        state=state_number(run.state),
                         create_time=now,
                         body=_run_body(run),
                     )
@@ -160,22 +168,26 @@ class ScenarioStore:
             raise AlreadyExists(f"run_id: {run.name} exists already") from exc
         return run
 
-    def save_run(self, run_id: str, run: scenario_pb2.Run) -> None:
+    def save_run(self, run_id: str, run: Run) -> None:
         """The whole run: its own fields and every result (at its start and end, not per change)."""
         with self.engine.begin() as conn:
-            conn.execute(update(runs).where(runs.c.id == run_id).values(state=run.state, body=_run_body(run)))
+            conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(state=state_number(run.state), body=_run_body(run))
+            )
             _write_results(conn, run_id, run.results)
 
-    def save_result(self, run_id: str, position: int, result: scenario_pb2.ModeResult) -> None:
+    def save_result(self, run_id: str, position: int, result: ModeResult) -> None:
         """One result of a run, as a simulation starts or ends."""
         with self.engine.begin() as conn:
             conn.execute(
                 update(run_results)
                 .where(run_results.c.run_id == run_id, run_results.c.position == position)
-                .values(state=result.state, body=result.SerializeToString())
+                .values(state=state_number(result.state), body=result_to_proto(result).SerializeToString())
             )
 
-    def get_run(self, scenario_id: str, run_id: str) -> scenario_pb2.Run:
+    def get_run(self, scenario_id: str, run_id: str) -> Run:
         with self.engine.connect() as conn:
             body = conn.execute(
                 select(runs.c.body).where(runs.c.id == run_id, runs.c.scenario_id == scenario_id)
@@ -184,50 +196,48 @@ class ScenarioStore:
                 raise NotFound(f"scenarios/{scenario_id}/runs/{run_id} does not exist")
             return _with_results(conn, [(run_id, body)])[0]
 
-    def list_runs(self, scenario_id: str | None, offset: int, limit: int) -> list[scenario_pb2.Run]:
+    def list_runs(self, scenario_id: str | None, offset: int, limit: int) -> list[Run]:
         query = select(runs.c.id, runs.c.body).order_by(runs.c.seq.desc()).offset(offset).limit(limit)
         if scenario_id is not None:
             query = query.where(runs.c.scenario_id == scenario_id)
         with self.engine.connect() as conn:
             return _with_results(conn, [(r.id, r.body) for r in conn.execute(query)])
 
-    def unfinished_runs(self) -> list[tuple[str, scenario_pb2.Run]]:
+    def unfinished_runs(self) -> list[tuple[str, Run]]:
         """Runs left PENDING or RUNNING by a previous process (marked FAILED on start-up)."""
-        states = (common_pb2.JOB_STATE_PENDING, common_pb2.JOB_STATE_RUNNING)
+        # The `state` columns hold the API's JobState numbers (the rows' format predates the domain).
+        states = (state_number(JobState.PENDING), state_number(JobState.RUNNING))
         with self.engine.connect() as conn:
             rows = conn.execute(select(runs.c.id, runs.c.body).where(runs.c.state.in_(states))).all()
             found = _with_results(conn, [(r.id, r.body) for r in rows])
         return [(r.id, run) for r, run in zip(rows, found, strict=True)]
 
 
-def _run_body(run: scenario_pb2.Run) -> bytes:
+def _run_body(run: Run) -> bytes:
     """The run without its results (those are rows of `run_results`)."""
-    own = scenario_pb2.Run()
-    for field, value in run.ListFields():
-        if field.name == "results":
-            continue
-        if field.message_type is not None:
-            getattr(own, field.name).CopyFrom(value)
-        else:
-            setattr(own, field.name, value)
-    return own.SerializeToString()
+    return run_to_proto(run, with_results=False).SerializeToString()
 
 
-def _write_results(conn: Connection, run_id: str, results: Iterable[scenario_pb2.ModeResult]) -> None:
+def _write_results(conn: Connection, run_id: str, results: Iterable[ModeResult]) -> None:
     conn.execute(delete(run_results).where(run_results.c.run_id == run_id))
     rows = [
-        {"run_id": run_id, "position": i, "state": r.state, "body": r.SerializeToString()}
+        {
+            "run_id": run_id,
+            "position": i,
+            "state": state_number(r.state),
+            "body": result_to_proto(r).SerializeToString(),
+        }
         for i, r in enumerate(results)
     ]
     if rows:
         conn.execute(insert(run_results), rows)
 
 
-def _with_results(conn: Connection, bodies: list[tuple[str, bytes]]) -> list[scenario_pb2.Run]:
+def _with_results(conn: Connection, bodies: list[tuple[str, bytes]]) -> list[Run]:
     """Runs from their bodies and their result rows; a running run's progress from those rows."""
     found = [scenario_pb2.Run.FromString(body) for _, body in bodies]
     if not found:
-        return found
+        return []
     by_id = {run_id: run for (run_id, _), run in zip(bodies, found, strict=True)}
     rows = conn.execute(
         select(run_results.c.run_id, run_results.c.body)
@@ -236,13 +246,14 @@ def _with_results(conn: Connection, bodies: list[tuple[str, bytes]]) -> list[sce
     )
     fresh: set[str] = set()
     for run_id, body in rows:
-        run = by_id[run_id]
+        message = by_id[run_id]
         if run_id not in fresh:  # rows win over results kept in the body by an older version
             fresh.add(run_id)
-            del run.results[:]
-        run.results.add().MergeFromString(body)
-    for run in found:
-        if run.results and run.state not in _TERMINAL:
-            done = sum(r.state in _TERMINAL for r in run.results)
-            run.progress.fraction = done / len(run.results)
-    return found
+            del message.results[:]
+        message.results.add().MergeFromString(body)
+    read = [run_from_proto(message) for message in found]
+    for run in read:
+        if run.results and not run.state.terminal:
+            done = sum(r.state.terminal for r in run.results)
+            run.fraction = done / len(run.results)
+    return read

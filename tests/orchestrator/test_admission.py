@@ -17,6 +17,7 @@ from google.protobuf import field_mask_pb2
 from services.common.config import load_config
 from services.common.db import make_engine
 from services.orchestrator.__main__ import extra_flags
+from services.orchestrator.messages import scenario_from_proto
 from services.orchestrator.store import ScenarioStore
 from tests.in_process import in_process_stack
 from tests.orchestrator.test_service import allreduce_scenario
@@ -62,8 +63,8 @@ async def test_a_sweep_over_the_limit_is_refused_at_create_naming_count_and_limi
         )
     elapsed = time.perf_counter() - started
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert f"{count} simulations" in refused.value.details()
-    assert "limit of 10,000" in refused.value.details()
+    assert f"{count} simulations" in str(refused.value.details())
+    assert "limit of 10,000" in str(refused.value.details())
     assert elapsed < 2.0
     listed = await scenarios.ListScenarios(scenario_pb2.ListScenariosRequest())
     assert list(listed.scenarios) == []
@@ -88,7 +89,7 @@ async def test_an_update_that_grows_the_sweep_over_the_limit_is_refused(scenario
 async def test_a_stored_scenario_over_a_lowered_limit_is_refused_at_run_and_no_run_is_stored(tmp_path):
     # Stored while the limit was higher: 3 sweep points x 2 modes = 6 simulations.
     store = ScenarioStore(make_engine(f"sqlite:///{tmp_path / 'orchestrator.db'}"))
-    store.create_scenario("big", allreduce_scenario(sweeps=[sweep("seed", 3)]))
+    store.create_scenario("big", scenario_from_proto(allreduce_scenario(sweeps=[sweep("seed", 3)])))
     store.engine.dispose()
     async with in_process_stack(tmp_path, settings={"extra": {"max_simulations_per_run": 4}}) as stack:
         await create_fabric(stack.topology.address)
@@ -97,8 +98,8 @@ async def test_a_stored_scenario_over_a_lowered_limit_is_refused_at_run_and_no_r
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await scenarios.RunScenario(scenario_pb2.RunScenarioRequest(scenario="scenarios/big"))
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "6 simulations" in refused.value.details()
-            assert "limit of 4" in refused.value.details()
+            assert "6 simulations" in str(refused.value.details())
+            assert "limit of 4" in str(refused.value.details())
             runs = await scenarios.ListRuns(scenario_pb2.ListRunsRequest(parent="scenarios/big"))
             assert list(runs.runs) == []
             # At the limit is fine: 2 sweep points x 2 modes.

@@ -1,32 +1,28 @@
 import pytest
-from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.orchestrator.comparison import compare
-from services.orchestrator.diagnosis import ecmp_pinning, lossy_links
+from services.orchestrator.diagnosis import FindingKind, PortValue, ecmp_pinning, lossy_links
+from services.orchestrator.messages import comparison_to_proto
+from services.orchestrator.model import JobState, ModeResult, Opaque, Outcome, Run, Scenario, Skew
 
-OK = common_pb2.JOB_STATE_SUCCEEDED
+OK = JobState.SUCCEEDED
+SCENARIO = Scenario("scenarios/s", "fabrics/ft8", (), Opaque())
 
 
-def mode(
-    label: str, makespan: int, ideal: int, hot: float = 0.0, idle: float = 0.0
-) -> scenario_pb2.ModeResult:
-    return scenario_pb2.ModeResult(
-        label=label,
-        state=OK,
-        makespan_ns=makespan,
-        ideal_completion_ns=ideal,
-        uplink_skew=simulation_pb2.UtilisationSkew(share_hot=hot, share_idle=idle, max_over_mean=1.5),
-    )
+def mode(label: str, makespan: int, ideal: int, hot: float = 0.0, idle: float = 0.0) -> ModeResult:
+    skew = Skew(share_hot=hot, share_idle=idle, max_over_mean=1.5)
+    outcome = Outcome(makespan_ns=makespan, ideal_completion_ns=ideal, uplink_skew=skew)
+    return ModeResult(label, Opaque(), {}, state=OK, outcome=outcome)
+
+
+def finished(*results: ModeResult) -> Run:
+    return Run("scenarios/s/runs/r", SCENARIO, state=OK, results=list(results))
 
 
 def test_comparison_reports_slowdowns_against_baseline_and_ideal():
-    run = scenario_pb2.Run(
-        name="scenarios/s/runs/r",
-        state=OK,
-        results=[mode("ECMP", 3_000_000, 1_000_000, 0.4, 0.3), mode("ADAPTIVE", 1_020_000, 1_000_000)],
-    )
-    result = compare([run])
+    run = finished(mode("ECMP", 3_000_000, 1_000_000, 0.4, 0.3), mode("ADAPTIVE", 1_020_000, 1_000_000))
+    result = comparison_to_proto(compare([run]))
     ecmp, adaptive = result.rows
     assert result.baseline == "ECMP"
     assert ecmp.slowdown_vs_baseline == 1.0
@@ -37,11 +33,7 @@ def test_comparison_reports_slowdowns_against_baseline_and_ideal():
 
 
 def test_comparison_with_a_named_baseline_and_a_missing_one():
-    run = scenario_pb2.Run(
-        name="scenarios/s/runs/r",
-        state=OK,
-        results=[mode("ECMP", 2_000, 1_000), mode("ADAPTIVE", 1_000, 1_000)],
-    )
+    run = finished(mode("ECMP", 2_000, 1_000), mode("ADAPTIVE", 1_000, 1_000))
     assert compare([run], "ADAPTIVE").rows[0].slowdown_vs_baseline == 2.0
     with pytest.raises(InvalidArgument, match="baseline"):
         compare([run], "SPRAY")
@@ -49,11 +41,11 @@ def test_comparison_with_a_named_baseline_and_a_missing_one():
 
 def test_unfinished_runs_cannot_be_compared():
     with pytest.raises(FailedPrecondition, match="JOB_STATE_RUNNING"):
-        compare([scenario_pb2.Run(name="scenarios/s/runs/r", state=common_pb2.JOB_STATE_RUNNING)])
+        compare([Run("scenarios/s/runs/r", SCENARIO, state=JobState.RUNNING)])
 
 
-def ports(values: dict[str, float]) -> list[telemetry_pb2.PortValue]:
-    return [telemetry_pb2.PortValue(port=k, value=v) for k, v in values.items()]
+def ports(values: dict[str, float]) -> list[PortValue]:
+    return [PortValue(k, v) for k, v in values.items()]
 
 
 def test_hot_and_idle_uplinks_at_once_are_diagnosed_as_ecmp_pinning():
@@ -63,8 +55,8 @@ def test_hot_and_idle_uplinks_at_once_are_diagnosed_as_ecmp_pinning():
         )
     )
     assert finding is not None
-    assert finding.kind == scenario_pb2.FINDING_KIND_ECMP_PINNING
-    assert finding.ports == ["leaf-0->spine-0", "leaf-0->spine-1"]
+    assert finding.kind == FindingKind.ECMP_PINNING
+    assert finding.ports == ("leaf-0->spine-0", "leaf-0->spine-1")
     assert "2 of 4 links" in finding.evidence
     assert "hot: leaf-0->spine-0 (95%), leaf-0->spine-1 (90%)" in finding.evidence
     assert "idle: leaf-0->spine-2 (5%), leaf-0->spine-3 (10%)" in finding.evidence
@@ -73,6 +65,7 @@ def test_hot_and_idle_uplinks_at_once_are_diagnosed_as_ecmp_pinning():
 def test_a_pinning_finding_names_at_most_five_hot_and_five_idle_links():
     values = {f"hot-{i}": 0.9 + i / 100 for i in range(7)} | {f"idle-{i}": i / 100 for i in range(7)}
     finding = ecmp_pinning(ports(values))
+    assert finding is not None
     assert "hot: hot-6 (96%)," in finding.evidence and "and 2 more" in finding.evidence
     assert "idle: idle-0 (0%), idle-1 (1%)" in finding.evidence
 
@@ -85,7 +78,7 @@ def test_evenly_loaded_uplinks_are_not_pinning():
 def test_links_with_drops_are_lossy_findings_most_lossy_first():
     findings = lossy_links(ports({"a": 0.0, "b": 3.0, "c": 10.0}))
     assert [f.ports[0] for f in findings] == ["c", "b"]
-    assert findings[0].kind == scenario_pb2.FINDING_KIND_LOSSY_LINK
+    assert findings[0].kind == FindingKind.LOSSY_LINK
 
 
 def test_receive_errors_make_a_link_lossy_even_without_drops_and_add_up_with_them():

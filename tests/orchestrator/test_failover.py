@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -27,6 +28,8 @@ from fabrictwin.v1 import (
     scenario_pb2_grpc,
     simulation_pb2,
     simulation_pb2_grpc,
+    telemetry_pb2,
+    telemetry_pb2_grpc,
     topology_pb2,
     topology_pb2_grpc,
 )
@@ -129,10 +132,12 @@ async def test_a_run_survives_a_replica_stopped_mid_run(stack, scenarios):
     assert all(r.state == common_pb2.JOB_STATE_SUCCEEDED and r.makespan_ns > 0 for r in last.results)
     on_live = await simulations_on(live.address)
     # Every result comes from the live replica, or from the doomed one where it had finished before
-    # the stop; what was running when it stopped was run again on the live replica.
+    # the stop; what was running when it stopped was run again on the live replica, under the same
+    # name (the one the run chose, and its telemetry source records).
     finished = {name for name, state in held.items() if state == common_pb2.JOB_STATE_SUCCEEDED}
     assert {r.simulation for r in last.results} <= set(on_live) | finished
-    assert not lost & {r.simulation for r in last.results}
+    assert lost <= set(on_live)
+    assert all(on_live[name] == common_pb2.JOB_STATE_SUCCEEDED for name in lost)
 
 
 async def test_a_rerun_gives_the_same_result_as_an_undisturbed_run(stack, scenarios):
@@ -153,13 +158,38 @@ async def test_a_rerun_gives_the_same_result_as_an_undisturbed_run(stack, scenar
     assert [r.makespan_ns for r in last.results] == [r.makespan_ns for r in undisturbed.results]
 
 
+async def test_a_stored_run_that_loses_a_replica_keeps_one_source_per_simulation(stack, scenarios):
+    scenario = four_point_scenario()
+    scenario.store_telemetry = True
+    created = await scenarios.CreateScenario(
+        scenario_pb2.CreateScenarioRequest(scenario_id="stored", scenario=scenario)
+    )
+    _, doomed = stack.simulators
+    run = await scenarios.RunScenario(scenario_pb2.RunScenarioRequest(scenario=created.name))
+    await wait_until_running_on(doomed.address)
+    lost = {name for name, state in (await simulations_on(doomed.address)).items() if state in _UNFINISHED}
+    await doomed.server.stop(0)
+    last = run
+    async for update in scenarios.WatchRun(scenario_pb2.WatchRunRequest(name=run.name), timeout=180):
+        last = update
+    assert last.state == common_pb2.JOB_STATE_SUCCEEDED, last.error.message
+    assert lost & {r.simulation for r in last.results}, "nothing was re-run"
+    # The re-run kept its name, so the source the run created before starting it names it still.
+    async with grpc.aio.insecure_channel(stack.telemetry.address) as channel:
+        telemetry = telemetry_pb2_grpc.TelemetryServiceStub(channel)
+        for result in last.results:
+            source = await telemetry.GetSource(telemetry_pb2.GetSourceRequest(name=result.telemetry_source))
+            assert source.simulation == result.simulation
+            assert source.sample_count > 0
+
+
 async def test_new_runs_avoid_a_dead_replica_until_it_answers_health_again(stack, scenarios):
     created = await scenarios.CreateScenario(
         scenario_pb2.CreateScenarioRequest(scenario_id="avoid", scenario=four_point_scenario())
     )
     live, doomed = stack.simulators
     dead_port = doomed.port
-    replicas = stack.orchestrator.services[0].servicer.simulators  # the orchestrator's GrpcSimulators
+    replicas = stack.orchestrator.services[0].servicer.simulators.replicas  # its GrpcSimulators
     await doomed.server.stop(0)
 
     for _ in range(2):  # every run after the death, not only the first
@@ -187,7 +217,7 @@ async def test_a_replica_reporting_not_serving_gets_no_new_work(stack, scenarios
         scenario_pb2.CreateScenarioRequest(scenario_id="drain", scenario=four_point_scenario())
     )
     _, draining = stack.simulators
-    replicas = stack.orchestrator.services[0].servicer.simulators
+    replicas = stack.orchestrator.services[0].servicer.simulators.replicas
     await draining.health.set("fabrictwin.v1.SimulationService", health_pb2.HealthCheckResponse.NOT_SERVING)
     run = await run_to_end(scenarios, created.name)
     assert run.state == common_pb2.JOB_STATE_SUCCEEDED, run.error.message
@@ -261,7 +291,8 @@ class SimulatorProcess:
             while True:
                 assert self.process.poll() is None, f"the simulator at {self.address} exited"
                 with contextlib.suppress(grpc.aio.AioRpcError):
-                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    # types-grpcio-health-checking declares HealthStub without its methods.
+                    reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)  # type: ignore[attr-defined]
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         return
                 assert time.monotonic() < deadline, f"the simulator at {self.address} is not SERVING"
@@ -271,14 +302,14 @@ class SimulatorProcess:
 async def test_a_run_survives_kill_9_of_a_replica_process_mid_run(tmp_path):
     async with contextlib.AsyncExitStack() as stack:
 
-        async def start(config: ServiceConfig, build) -> str:  # type: ignore[no-untyped-def]
+        async def start(config: ServiceConfig, build) -> str:
             services, cleanup = await build(config)
             stack.push_async_callback(cleanup)
             running = await create_server(config, services)
             stack.push_async_callback(running.stop, 0)
             return running.address
 
-        base = {"port": 0, "data_dir": str(tmp_path)}
+        base: dict[str, Any] = {"port": 0, "data_dir": str(tmp_path)}
         topology = await start(ServiceConfig(service="topology", **base), build_topology)
         telemetry = await start(ServiceConfig(service="telemetry", **base), build_telemetry)
         live = stack.enter_context(simulator_process(tmp_path, topology, telemetry))

@@ -4,19 +4,31 @@ import pytest
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2
 
 from services.common.errors import InvalidArgument, ResourceExhausted
+from services.orchestrator.messages import (
+    build_spec,
+    scenario_from_proto,
+    scenario_to_proto,
+    validate_scenario,
+)
+from services.orchestrator.model import PlannedSimulation, SimulationRequest
 from services.orchestrator.scenarios import (
     DEFAULT_MAX_SIMULATIONS_PER_RUN,
     check_run_size,
     expand,
     simulation_count,
-    validate_scenario,
 )
 
 ECMP = common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ECMP)
 ADAPTIVE = common_pb2.LoadBalancing(mode=common_pb2.LOAD_BALANCING_MODE_ADAPTIVE)
 
 
-def scenario(**overrides) -> scenario_pb2.Scenario:
+def specs(message: scenario_pb2.Scenario) -> list[tuple[PlannedSimulation, simulation_pb2.SimulationSpec]]:
+    """Each point of a run of the scenario with the SimulationSpec the simulator is sent for it."""
+    domain = scenario_from_proto(message)
+    return [(p, build_spec(SimulationRequest(f"sim-{p.position}", domain, p))) for p in expand(domain)]
+
+
+def message(**overrides) -> scenario_pb2.Scenario:
     base = scenario_pb2.Scenario(
         fabric="fabrics/ft8",
         jobs=[
@@ -29,32 +41,51 @@ def scenario(**overrides) -> scenario_pb2.Scenario:
     )
     for key, value in overrides.items():
         if isinstance(value, list):
-            base.ClearField(key)
+            base.ClearField(key)  # type: ignore[arg-type]  # a repeated field named by the caller
             getattr(base, key).extend(value)
         else:
             setattr(base, key, value)
     return base
 
 
+def scenario(**overrides):  # the domain scenario
+    return scenario_from_proto(message(**overrides))
+
+
 def test_each_mode_becomes_one_simulation_with_the_same_workload_and_seed():
-    planned = expand(scenario())
-    assert [p.label for p in planned] == ["ECMP", "ADAPTIVE"]
-    assert planned[0].spec.jobs == planned[1].spec.jobs
-    assert {p.spec.seed for p in planned} == {7}
-    assert planned[1].spec.load_balancing.mode == common_pb2.LOAD_BALANCING_MODE_ADAPTIVE
+    planned = specs(message())
+    assert [p.label for p, _ in planned] == ["ECMP", "ADAPTIVE"]
+    assert planned[0][1].jobs == planned[1][1].jobs
+    assert {spec.seed for _, spec in planned} == {7}
+    assert planned[1][1].load_balancing.mode == common_pb2.LOAD_BALANCING_MODE_ADAPTIVE
+    assert [spec.fabric for _, spec in planned] == ["fabrics/ft8"] * 2
 
 
 def test_sweeps_multiply_with_modes_and_set_the_named_field():
-    s = scenario(sweeps=[scenario_pb2.Sweep(parameter="jobs.0.size_bytes", values=["1024", "1e6"])])
-    planned = expand(s)
+    s = message(sweeps=[scenario_pb2.Sweep(parameter="jobs.0.size_bytes", values=["1024", "1e6"])])
+    planned = specs(s)
     assert len(planned) == 4
-    assert [p.spec.jobs[0].size_bytes for p in planned] == [1024, 1024, 1_000_000, 1_000_000]
-    assert planned[2].sweep_point == {"jobs.0.size_bytes": "1e6"}
+    assert [spec.jobs[0].size_bytes for _, spec in planned] == [1024, 1024, 1_000_000, 1_000_000]
+    assert planned[2][0].sweep_point == {"jobs.0.size_bytes": "1e6"}
+    assert [p.position for p, _ in planned] == [0, 1, 2, 3]
 
 
 def test_sweep_of_an_enum_takes_its_name():
-    s = scenario(sweeps=[scenario_pb2.Sweep(parameter="fidelity", values=["FIDELITY_FLOW"])])
-    assert expand(s)[0].spec.fidelity == simulation_pb2.FIDELITY_FLOW
+    s = message(sweeps=[scenario_pb2.Sweep(parameter="fidelity", values=["FIDELITY_FLOW"])])
+    assert specs(s)[0][1].fidelity == simulation_pb2.FIDELITY_FLOW
+
+
+def test_a_scenario_reads_back_from_its_domain_model_unchanged():
+    s = message(
+        display_name="two modes",
+        sweeps=[scenario_pb2.Sweep(parameter="seed", values=["1", "2"])],
+        store_telemetry=True,
+        mtu_bytes=2048,
+    )
+    s.roce.window_bytes = 1 << 18
+    s.modes[0].label = "hashed"
+    assert scenario_to_proto(scenario_from_proto(s)) == s
+    assert [m.label for m in scenario_from_proto(s).modes] == ["hashed", "ADAPTIVE"]
 
 
 @pytest.mark.parametrize(
@@ -79,12 +110,12 @@ def test_sweep_of_an_enum_takes_its_name():
 )
 def test_bad_scenarios_are_rejected_naming_the_field(overrides, field):
     with pytest.raises(InvalidArgument) as err:
-        validate_scenario(scenario(**overrides))
+        validate_scenario(message(**overrides))
     assert err.value.field == field
 
 
 def test_a_job_without_a_size_is_rejected():
-    bad = scenario(jobs=[simulation_pb2.Job(collective=simulation_pb2.COLLECTIVE_ALL_REDUCE, rank_count=8)])
+    bad = message(jobs=[simulation_pb2.Job(collective=simulation_pb2.COLLECTIVE_ALL_REDUCE, rank_count=8)])
     with pytest.raises(InvalidArgument, match=r"scenario\.jobs\[0\]\.size_bytes"):
         validate_scenario(bad)
 

@@ -95,7 +95,7 @@ async def test_a_scenario_naming_a_missing_fabric_is_not_found(scenarios):
             scenario_pb2.CreateScenarioRequest(scenario=allreduce_scenario(fabric="fabrics/nope"))
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert "scenario.fabric" in err.value.details()
+    assert "scenario.fabric" in str(err.value.details())
 
 
 async def test_an_empty_mode_list_is_invalid_and_names_the_field(scenarios):
@@ -104,7 +104,7 @@ async def test_an_empty_mode_list_is_invalid_and_names_the_field(scenarios):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await scenarios.CreateScenario(scenario_pb2.CreateScenarioRequest(scenario=bad))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "scenario.modes" in err.value.details()
+    assert "scenario.modes" in str(err.value.details())
 
 
 async def test_a_mode_the_simulator_refuses_fails_the_run_with_its_reason(scenarios):

@@ -451,6 +451,7 @@ class ModeResult(_message.Message):
     TELEMETRY_SOURCE_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
     MODEL_NOTES_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
     label: _builtins.str
     """Mode label."""
     simulation: _builtins.str
@@ -465,6 +466,10 @@ class ModeResult(_message.Message):
     """Ideal completion of the first job."""
     telemetry_source: _builtins.str
     """Telemetry source of the run's series, if stored."""
+    routing_version: _builtins.int
+    """Routing version of the fabric the simulation ran on: the run's pinned `routing_version` (a
+    simulation that would run on other routes is not run; its error says which versions differ).
+    """
     @_builtins.property
     def load_balancing(self) -> _common_pb2.LoadBalancing:
         """The load balancing used."""
@@ -505,10 +510,11 @@ class ModeResult(_message.Message):
         telemetry_source: _builtins.str = ...,
         jobs: _abc.Iterable[_simulation_pb2.JobResult] | None = ...,
         model_notes: _abc.Iterable[_builtins.str] | None = ...,
+        routing_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "load_balancing", b"load_balancing", "uplink_skew", b"uplink_skew"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["busbw_gbps", b"busbw_gbps", "error", b"error", "ideal_completion_ns", b"ideal_completion_ns", "jobs", b"jobs", "label", b"label", "load_balancing", b"load_balancing", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "simulation", b"simulation", "state", b"state", "sweep_point", b"sweep_point", "telemetry_source", b"telemetry_source", "uplink_skew", b"uplink_skew"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busbw_gbps", b"busbw_gbps", "error", b"error", "ideal_completion_ns", b"ideal_completion_ns", "jobs", b"jobs", "label", b"label", "load_balancing", b"load_balancing", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "routing_version", b"routing_version", "simulation", b"simulation", "state", b"state", "sweep_point", b"sweep_point", "telemetry_source", b"telemetry_source", "uplink_skew", b"uplink_skew"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -528,10 +534,16 @@ class Run(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     END_TIME_FIELD_NUMBER: _builtins.int
     SCENARIO_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name."""
     state: _common_pb2.JobState.ValueType
     """Lifecycle."""
+    routing_version: _builtins.int
+    """Routing version of the fabric when the run started: every simulation of the run runs on it. If
+    the fabric's routes change during the run, the simulations that would run on the new routes are
+    not run: they fail with FAILED_PRECONDITION rather than compare modes on different routes.
+    """
     @_builtins.property
     def progress(self) -> _common_pb2.Progress:
         """Progress."""
@@ -567,10 +579,11 @@ class Run(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         end_time: _timestamp_pb2.Timestamp | None = ...,
         scenario: Global___Scenario | None = ...,
+        routing_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time", "error", b"error", "progress", b"progress", "scenario", b"scenario"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time", "error", b"error", "name", b"name", "progress", b"progress", "results", b"results", "scenario", b"scenario", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time", "error", b"error", "name", b"name", "progress", b"progress", "results", b"results", "routing_version", b"routing_version", "scenario", b"scenario", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
