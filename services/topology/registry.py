@@ -24,7 +24,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.common.errors import AlreadyExists, InvalidArgument
+from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.topology.events import EventKind, FabricEvent, FabricEvents
 from services.topology.fabric import Fabric, LinkState
@@ -82,6 +82,9 @@ class LinkChange:
     routing: RoutingChange
 
 
+_VERSIONS_PER_FABRIC = 4  # routed versions of one fabric held for pinned runs (the current one included)
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -116,10 +119,17 @@ class FabricRegistry:
         self._what_ifs = WhatIfCache()
 
     def _remember(self, routed: RoutedFabric) -> RoutedFabric:
-        key = (routed.record.id, routed.record.routing_version)
+        """Keep a routed version: the last `cache_size` fabrics' current routes, and for each the
+        versions before it while room allows (runs pinned to them keep them warm), at most
+        `_VERSIONS_PER_FABRIC` per fabric."""
+        fabric_id = routed.record.id
+        key = (fabric_id, routed.record.routing_version)
         self._cache[key] = routed
         self._cache.move_to_end(key)
-        while len(self._cache) > self._cache_size:
+        versions = [k for k in self._cache if k[0] == fabric_id]
+        for old in sorted(versions, key=lambda k: k[1])[: max(0, len(versions) - _VERSIONS_PER_FABRIC)]:
+            del self._cache[old]
+        while len(self._cache) > self._cache_size * _VERSIONS_PER_FABRIC:
             self._cache.popitem(last=False)
         return routed
 
@@ -243,17 +253,45 @@ class FabricRegistry:
             routes = await asyncio.to_thread(router.compute, fabric)
             return self._remember(RoutedFabric(record, fabric, routes))
 
-    async def snapshot(self, fabric_id: str, down_links: Sequence[int] = ()) -> WhatIfSnapshot:
-        """The serialized snapshot of the current routes; with `down_links`, a what-if snapshot: those
-        links DOWN, rerouted as SetLinkState reroutes (timed), nothing stored (services/topology/what_if.py).
-        InvalidArgument naming `down_links[i]` for an index that is not a link."""
+    async def routed_at(self, fabric_id: str, routing_version: int = 0) -> RoutedFabric:
+        """The fabric with the routes of `routing_version` (0: the current ones); FailedPrecondition
+        when that version is no longer held (the current one and the last few are)."""
         current = await self.routed(fabric_id)
+        if routing_version in (0, current.record.routing_version):
+            return current
+        held = self._cache.get((fabric_id, routing_version))
+        if held is None:
+            versions = sorted(v for f, v in self._cache if f == fabric_id)
+            raise FailedPrecondition(
+                f"routing version {routing_version} of fabrics/{fabric_id} is no longer held (held: "
+                f"{', '.join(map(str, versions))}; the current one is {current.record.routing_version})"
+            )
+        self._cache.move_to_end((fabric_id, routing_version))
+        return held
+
+    async def snapshot(
+        self,
+        fabric_id: str,
+        down_links: Sequence[int] = (),
+        *,
+        routing_version: int = 0,
+        up_links: Sequence[int] = (),
+    ) -> WhatIfSnapshot:
+        """The serialized snapshot of the routes of `routing_version` (0: the current ones); with
+        `down_links` and/or `up_links`, a what-if snapshot: those links DOWN / repaired, rerouted as
+        SetLinkState reroutes (timed), nothing stored (services/topology/what_if.py).
+        InvalidArgument naming `down_links[i]` / `up_links[i]` for an index that is not a link."""
+        current = await self.routed_at(fabric_id, routing_version)
         record = current.record
-        if not down_links:
+        if not down_links and not up_links:
             # Built once per routing version, in a thread: a k=48 snapshot is 100 MB of arrays.
             data = await asyncio.to_thread(lambda: current.snapshot_bytes)
             return WhatIfSnapshot(data, record.routing_version, 0.0)
         down = down_link_set(current.fabric, down_links)
+        up = down_link_set(current.fabric, up_links, "up_links")
+        both = sorted(set(down) & set(up))
+        if both:
+            raise InvalidArgument("up_links", f"link {both[0]} is also in down_links")
 
         async def reroute() -> WhatIfSnapshot:
             dump = None
@@ -268,9 +306,10 @@ class FabricRegistry:
                 down,
                 f"fabrics/{fabric_id}",
                 record.routing_version,
+                up,
             )
 
-        return await self._what_ifs.get((fabric_id, record.routing_version, down), reroute)
+        return await self._what_ifs.get((fabric_id, record.routing_version, down, up), reroute)
 
     async def export(self, fabric_id: str, format: str) -> str:
         """The fabric in a topology format (services.topology.formats), or its LFTs as an OpenSM dump."""

@@ -70,6 +70,14 @@ def _child(name: str, collection: str, field: str = "name") -> tuple[str, str]:
     return _fabric_id(parent, field), child
 
 
+def _routing_version(version: int) -> int:
+    if version < 0:
+        raise InvalidArgument(
+            "routing_version", f"must be 0 (the current routes) or a version, got {version}"
+        )
+    return version
+
+
 _MAX_LINK_CHANGES = 100_000  # SetLinkStates: changes in one request
 
 
@@ -245,7 +253,12 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return link_message(fabric_id, routed.fabric, _link_index(routed, request.name, link))
 
     async def GetFabricSnapshot(self, request, context):
-        snapshot = await self.registry.snapshot(_fabric_id(request.name), request.down_links)
+        snapshot = await self.registry.snapshot(
+            _fabric_id(request.name),
+            request.down_links,
+            routing_version=_routing_version(request.routing_version),
+            up_links=request.up_links,
+        )
         data = snapshot.snapshot_bytes
         if len(data) > self.max_message_bytes - 1024:
             raise ResourceExhausted(
@@ -255,7 +268,12 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return await asyncio.to_thread(topology_pb2.FabricSnapshot.FromString, data)
 
     async def StreamFabricSnapshot(self, request, context):
-        snapshot = await self.registry.snapshot(_fabric_id(request.name), request.down_links)
+        snapshot = await self.registry.snapshot(
+            _fabric_id(request.name),
+            request.down_links,
+            routing_version=_routing_version(request.routing_version),
+            up_links=request.up_links,
+        )
         data = snapshot.snapshot_bytes
         chunk = min(_SNAPSHOT_CHUNK_BYTES, self.max_message_bytes // 2)  # well within any client's limit
         for start in range(0, max(len(data), 1), chunk):

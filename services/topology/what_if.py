@@ -29,7 +29,8 @@ from services.topology.snapshots import build_snapshot
 
 __all__ = ["WhatIfCache", "WhatIfKey", "WhatIfSnapshot", "down_link_set", "reroute_with_links_down"]
 
-WhatIfKey = tuple[str, int, tuple[int, ...]]  # (fabric id, routing_version, sorted down links)
+# (fabric id, routing_version, sorted down links, sorted repaired links)
+WhatIfKey = tuple[str, int, tuple[int, ...], tuple[int, ...]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +67,16 @@ def reroute_with_links_down(
     down: tuple[int, ...],
     name: str,
     routing_version: int,
+    up: tuple[int, ...] = (),
 ) -> WhatIfSnapshot:
-    """The snapshot of `fabric` with links `down` DOWN, routed by `router.reroute` from `routes` (the
-    path SetLinkState takes); `fabric` and `routes` are not changed. Blocking: run it in a thread."""
+    """The snapshot of `fabric` with links `down` DOWN and links `up` repaired (UP, no bit errors),
+    routed by `router.reroute` from `routes` (the path SetLinkState takes); `fabric` and `routes` are
+    not changed. Blocking: run it in a thread."""
     states = fabric.link_state.copy()
     states[list(down)] = LinkState.DOWN
+    states[list(up)] = LinkState.UP
     bers = fabric.link_ber.copy()
-    bers[list(down)] = 0.0  # as SetLinkState: only a DEGRADED link has a bit error rate
+    bers[list(down) + list(up)] = 0.0  # as SetLinkState: only a DEGRADED link has a bit error rate
     failed = dataclasses.replace(fabric, link_state=states, link_ber=bers)
     started = time.perf_counter()
     rerouted = router.reroute(failed, routes)

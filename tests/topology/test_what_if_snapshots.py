@@ -226,3 +226,93 @@ async def test_the_simulators_snapshot_source_fetches_a_what_if_and_its_reroute_
     channels = {c for group in every_group(what_if).values() for c in group}
     assert not channels & {32, 33, 34, 35}
     assert err.value.field == "spec.link_down" and "down_links[1]: no link 4000" in err.value.problem
+
+
+ROUTE_FIELDS = ("link_state", "link_ber", "route_group_ids", "route_group_offsets", "route_group_channels")
+
+
+@pytest.mark.parametrize(
+    "engine", [pb.ROUTING_ENGINE_MINHOP, pb.ROUTING_ENGINE_UPDN, pb.ROUTING_ENGINE_FTREE]
+)
+async def test_a_repaired_link_is_routed_as_when_it_comes_back_up(topology, engine):
+    await create_fat_tree(topology, engine=engine)
+    link = await link_index(topology, "fabrics/ft4", POD1_DOWNLINK)
+    clean = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4"))
+    await topology.SetLinkState(
+        pb.SetLinkStateRequest(name=f"fabrics/ft4/links/{link}", state=pb.LINK_STATE_DOWN)
+    )
+    repaired = await topology.GetFabricSnapshot(
+        pb.GetFabricSnapshotRequest(name="fabrics/ft4", up_links=[link])
+    )
+    assert repaired.routing_version == 2 and repaired.reroute_seconds > 0
+    await topology.SetLinkState(
+        pb.SetLinkStateRequest(name=f"fabrics/ft4/links/{link}", state=pb.LINK_STATE_UP)
+    )
+    back = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4"))
+    for field in ROUTE_FIELDS:
+        assert getattr(repaired, field) == getattr(back, field) == getattr(clean, field), field
+
+
+async def test_a_repaired_degraded_link_loses_its_bit_error_rate(topology):
+    await create_fat_tree(topology)
+    link = await link_index(topology, "fabrics/ft4", POD1_DOWNLINK)
+    await topology.SetLinkState(
+        pb.SetLinkStateRequest(
+            name=f"fabrics/ft4/links/{link}", state=pb.LINK_STATE_DEGRADED, bit_error_rate=1e-6
+        )
+    )
+    repaired = FabricSnapshot.from_proto(
+        await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4", up_links=[link]))
+    )
+    assert repaired.link_state[link] == pb.LINK_STATE_UP and repaired.link_ber[link] == 0.0
+
+
+async def test_a_link_both_down_and_repaired_is_refused(topology):
+    await create_fat_tree(topology)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await topology.GetFabricSnapshot(
+            pb.GetFabricSnapshotRequest(name="fabrics/ft4", down_links=[3, 5], up_links=[5])
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "up_links" in caught.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4", up_links=[0, 9999]))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "up_links[1]" in caught.value.details()
+
+
+async def test_a_pinned_routing_version_is_served_after_the_routes_change(topology):
+    await create_fat_tree(topology)
+    first = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4"))
+    link = await link_index(topology, "fabrics/ft4", POD1_DOWNLINK)
+    await topology.SetLinkState(
+        pb.SetLinkStateRequest(name=f"fabrics/ft4/links/{link}", state=pb.LINK_STATE_DOWN)
+    )
+    pinned = await topology.GetFabricSnapshot(
+        pb.GetFabricSnapshotRequest(name="fabrics/ft4", routing_version=1)
+    )
+    current = await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4"))
+    assert (pinned.routing_version, current.routing_version) == (1, 2)
+    assert pinned == first and current.link_state != first.link_state
+    # A what-if on the pinned version starts from its routes: link DOWN there equals version 2.
+    what_if = await topology.GetFabricSnapshot(
+        pb.GetFabricSnapshotRequest(name="fabrics/ft4", routing_version=1, down_links=[link])
+    )
+    for field in ("link_state", "route_group_ids", "route_group_offsets", "route_group_channels"):
+        assert getattr(what_if, field) == getattr(current, field), field
+
+
+async def test_a_version_no_longer_held_is_a_failed_precondition_naming_what_is(topology):
+    await create_fat_tree(topology)
+    link = await link_index(topology, "fabrics/ft4", POD1_DOWNLINK)
+    for state in (pb.LINK_STATE_DOWN, pb.LINK_STATE_UP) * 3:  # versions 2..7
+        await topology.SetLinkState(pb.SetLinkStateRequest(name=f"fabrics/ft4/links/{link}", state=state))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4", routing_version=1))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "routing version 1" in caught.value.details() and "the current one is 7" in caught.value.details()
+    held = await topology.GetFabricSnapshot(
+        pb.GetFabricSnapshotRequest(name="fabrics/ft4", routing_version=4)
+    )
+    assert held.routing_version == 4
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await topology.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/ft4", routing_version=-1))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -6,7 +6,7 @@ List methods iterate over every page; watch streams until the caller stops itera
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import grpc
 from google.protobuf import field_mask_pb2
@@ -269,10 +269,24 @@ class FabricsApi:
         request = topology_pb2.GetForwardingTableRequest(name=_child_name(fabric, "nodes", switch))
         return self._connection.unary(self._stub.GetForwardingTable, request)
 
-    def snapshot(self, name: str) -> topology_pb2.FabricSnapshot:
+    def snapshot(
+        self,
+        name: str,
+        *,
+        routing_version: int = 0,
+        down_links: Sequence[int] = (),
+        up_links: Sequence[int] = (),
+    ) -> topology_pb2.FabricSnapshot:
         """The compact snapshot of a fabric and its routes (arrays; see fabrictwin.arrays to read them),
-        fetched as a stream of chunks so that snapshots of any size arrive."""
-        request = topology_pb2.StreamFabricSnapshotRequest(name=resource_name("fabrics", name))
+        fetched as a stream of chunks so that snapshots of any size arrive. `routing_version` asks for
+        the routes of an earlier version still held (0: the current ones); `down_links` / `up_links`
+        (indices) make it a what-if: those links DOWN / repaired, rerouted, nothing stored."""
+        request = topology_pb2.StreamFabricSnapshotRequest(
+            name=resource_name("fabrics", name),
+            routing_version=routing_version,
+            down_links=list(down_links),
+            up_links=list(up_links),
+        )
         chunks = self._connection.server_stream(
             self._stub.StreamFabricSnapshot, request, timeout=self._connection.timeout
         )

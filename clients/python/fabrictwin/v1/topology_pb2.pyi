@@ -116,10 +116,17 @@ class _TopologyFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Topolo
     TOPOLOGY_FORMAT_NS3_HPCC: _TopologyFormat.ValueType  # 4
     """ns-3 HPCC topology text (`nodes switches links`, switch ids, `src dst rate delay error`)."""
     TOPOLOGY_FORMAT_OPENSM_LFTS: _TopologyFormat.ValueType  # 5
-    """OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine)."""
+    """OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine). Export only: a fabric's
+    LFTs come out as OpenSM writes them; to route by a dump, import the topology, then ComputeRoutes
+    with the FILE engine and the dump as `lfts_dump`.
+    """
     TOPOLOGY_FORMAT_LLDP: _TopologyFormat.ValueType  # 6
     """LLDP neighbour tables, one `lldpcli -f json show neighbors` document per node (optionally with
     `show chassis` in the same document); given as `documents` or a tar `archive`. Import only.
+    """
+    TOPOLOGY_FORMAT_IBSIM: _TopologyFormat.ValueType  # 7
+    """An ibsim net file (`ibsim -s FILE`, Debian ibsim-utils): one record per node with its GUID and name,
+    no LIDs or rates, to bring a twin fabric up in the ibsim fabric simulator. Imports as ibnetdiscover.
     """
 
 class TopologyFormat(_TopologyFormat, metaclass=_TopologyFormatEnumTypeWrapper):
@@ -135,10 +142,17 @@ TOPOLOGY_FORMAT_NODE_LINK_JSON: TopologyFormat.ValueType  # 3
 TOPOLOGY_FORMAT_NS3_HPCC: TopologyFormat.ValueType  # 4
 """ns-3 HPCC topology text (`nodes switches links`, switch ids, `src dst rate delay error`)."""
 TOPOLOGY_FORMAT_OPENSM_LFTS: TopologyFormat.ValueType  # 5
-"""OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine)."""
+"""OpenSM's opensm-lfts.dump (forwarding tables; for the FILE routing engine). Export only: a fabric's
+LFTs come out as OpenSM writes them; to route by a dump, import the topology, then ComputeRoutes
+with the FILE engine and the dump as `lfts_dump`.
+"""
 TOPOLOGY_FORMAT_LLDP: TopologyFormat.ValueType  # 6
 """LLDP neighbour tables, one `lldpcli -f json show neighbors` document per node (optionally with
 `show chassis` in the same document); given as `documents` or a tar `archive`. Import only.
+"""
+TOPOLOGY_FORMAT_IBSIM: TopologyFormat.ValueType  # 7
+"""An ibsim net file (`ibsim -s FILE`, Debian ibsim-utils): one record per node with its GUID and name,
+no LIDs or rates, to bring a twin fabric up in the ibsim fabric simulator. Imports as ibnetdiscover.
 """
 Global___TopologyFormat: _TypeAlias = TopologyFormat  # noqa: Y015
 
@@ -1480,8 +1494,15 @@ class GetFabricSnapshotRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     DOWN_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
+    UP_LINKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
+    routing_version: _builtins.int
+    """The routes of this routing version (0: the current one): the current version and the last few
+    before it are held in memory, so a run can keep the routes it started on while links change;
+    FAILED_PRECONDITION naming the versions held when it is no longer one of them.
+    """
     @_builtins.property
     def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """A what-if snapshot: the routes as the fabric's routing engine recomputes them, incrementally,
@@ -1489,15 +1510,23 @@ class GetFabricSnapshotRequest(_message.Message):
         INVALID_ARGUMENT naming `down_links[i]` for an index that is not a link of the fabric.
         """
 
+    @_builtins.property
+    def up_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """A what-if snapshot with these links (indices) repaired: UP, with no bit errors, and routed over
+        again as when a link comes back. A link may not be in both lists.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         down_links: _abc.Iterable[_builtins.int] | None = ...,
+        routing_version: _builtins.int = ...,
+        up_links: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1705,8 +1734,15 @@ class StreamFabricSnapshotRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     DOWN_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
+    UP_LINKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
+    routing_version: _builtins.int
+    """The routes of this routing version (0: the current one): the current version and the last few
+    before it are held in memory, so a run can keep the routes it started on while links change;
+    FAILED_PRECONDITION naming the versions held when it is no longer one of them.
+    """
     @_builtins.property
     def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """A what-if snapshot: the routes as the fabric's routing engine recomputes them, incrementally,
@@ -1714,15 +1750,23 @@ class StreamFabricSnapshotRequest(_message.Message):
         INVALID_ARGUMENT naming `down_links[i]` for an index that is not a link of the fabric.
         """
 
+    @_builtins.property
+    def up_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """A what-if snapshot with these links (indices) repaired: UP, with no bit errors, and routed over
+        again as when a link comes back. A link may not be in both lists.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         down_links: _abc.Iterable[_builtins.int] | None = ...,
+        routing_version: _builtins.int = ...,
+        up_links: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
