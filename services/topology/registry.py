@@ -276,6 +276,7 @@ class FabricRegistry:
         *,
         routing_version: int = 0,
         up_links: Sequence[int] = (),
+        routing_engine: str = "",
     ) -> WhatIfSnapshot:
         """The serialized snapshot of the routes of `routing_version` (0: the current ones); with
         `down_links` and/or `up_links`, a what-if snapshot: those links DOWN / repaired, rerouted as
@@ -283,7 +284,14 @@ class FabricRegistry:
         InvalidArgument naming `down_links[i]` / `up_links[i]` for an index that is not a link."""
         current = await self.routed_at(fabric_id, routing_version)
         record = current.record
-        if not down_links and not up_links:
+        engine = "" if routing_engine in ("", record.routing_engine) else routing_engine
+        if engine == FILE_ENGINE:
+            raise InvalidArgument(
+                "routing_engine", "a what-if cannot route by a dump (FILE); import it instead"
+            )
+        if engine:
+            engine_named(engine)  # InvalidArgument naming routing_engine for an unknown one
+        if not down_links and not up_links and not engine:
             # Built once per routing version, in a thread: a k=48 snapshot is 100 MB of arrays.
             data = await asyncio.to_thread(lambda: current.snapshot_bytes)
             return WhatIfSnapshot(data, record.routing_version, 0.0)
@@ -295,21 +303,24 @@ class FabricRegistry:
 
         async def reroute() -> WhatIfSnapshot:
             dump = None
-            if record.routing_engine == FILE_ENGINE:
+            if not engine and record.routing_engine == FILE_ENGINE:
                 dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
-            router = engine_named(record.routing_engine, lfts_dump=dump)
+            router = engine_named(engine or record.routing_engine, lfts_dump=dump)
             return await asyncio.to_thread(
-                reroute_with_links_down,
-                current.fabric,
-                current.routes,
-                router,
-                down,
-                f"fabrics/{fabric_id}",
-                record.routing_version,
-                up,
+                functools.partial(
+                    reroute_with_links_down,
+                    current.fabric,
+                    current.routes,
+                    router,
+                    down,
+                    f"fabrics/{fabric_id}",
+                    record.routing_version,
+                    up,
+                    from_scratch=bool(engine),
+                )
             )
 
-        return await self._what_ifs.get((fabric_id, record.routing_version, down, up), reroute)
+        return await self._what_ifs.get((fabric_id, record.routing_version, down, up, engine), reroute)
 
     async def export(self, fabric_id: str, format: str) -> str:
         """The fabric in a topology format (services.topology.formats), or its LFTs as an OpenSM dump."""

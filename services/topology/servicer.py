@@ -258,6 +258,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             request.down_links,
             routing_version=_routing_version(request.routing_version),
             up_links=request.up_links,
+            routing_engine=engine_name(request.routing_engine, "routing_engine") or "",
         )
         data = snapshot.snapshot_bytes
         if len(data) > self.max_message_bytes - 1024:
@@ -273,6 +274,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             request.down_links,
             routing_version=_routing_version(request.routing_version),
             up_links=request.up_links,
+            routing_engine=engine_name(request.routing_engine, "routing_engine") or "",
         )
         data = snapshot.snapshot_bytes
         chunk = min(_SNAPSHOT_CHUNK_BYTES, self.max_message_bytes // 2)  # well within any client's limit

@@ -29,8 +29,8 @@ from services.topology.snapshots import build_snapshot
 
 __all__ = ["WhatIfCache", "WhatIfKey", "WhatIfSnapshot", "down_link_set", "reroute_with_links_down"]
 
-# (fabric id, routing_version, sorted down links, sorted repaired links)
-WhatIfKey = tuple[str, int, tuple[int, ...], tuple[int, ...]]
+# (fabric id, routing_version, sorted down links, sorted repaired links, engine routing from scratch or "")
+WhatIfKey = tuple[str, int, tuple[int, ...], tuple[int, ...], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +68,13 @@ def reroute_with_links_down(
     name: str,
     routing_version: int,
     up: tuple[int, ...] = (),
+    *,
+    from_scratch: bool = False,
 ) -> WhatIfSnapshot:
     """The snapshot of `fabric` with links `down` DOWN and links `up` repaired (UP, no bit errors),
     routed by `router.reroute` from `routes` (the path SetLinkState takes); `fabric` and `routes` are
-    not changed. Blocking: run it in a thread."""
+    not changed; with `from_scratch`, `router.compute` routes the changed fabric anew (another engine's
+    what-if). Blocking: run it in a thread."""
     states = fabric.link_state.copy()
     states[list(down)] = LinkState.DOWN
     states[list(up)] = LinkState.UP
@@ -79,7 +82,7 @@ def reroute_with_links_down(
     bers[list(down) + list(up)] = 0.0  # as SetLinkState: only a DEGRADED link has a bit error rate
     failed = dataclasses.replace(fabric, link_state=states, link_ber=bers)
     started = time.perf_counter()
-    rerouted = router.reroute(failed, routes)
+    rerouted = router.compute(failed) if from_scratch else router.reroute(failed, routes)
     seconds = time.perf_counter() - started
     snapshot = build_snapshot(failed, rerouted, name, routing_version)
     snapshot.reroute_seconds = seconds

@@ -1496,12 +1496,18 @@ class GetFabricSnapshotRequest(_message.Message):
     DOWN_LINKS_FIELD_NUMBER: _builtins.int
     ROUTING_VERSION_FIELD_NUMBER: _builtins.int
     UP_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
     routing_version: _builtins.int
     """The routes of this routing version (0: the current one): the current version and the last few
     before it are held in memory, so a run can keep the routes it started on while links change;
     FAILED_PRECONDITION naming the versions held when it is no longer one of them.
+    """
+    routing_engine: Global___RoutingEngine.ValueType
+    """A what-if snapshot routed from scratch by this engine (with the links above changed), nothing
+    stored; UNSPECIFIED (or the fabric's own engine) keeps its routes. Not FILE: a dump routes only
+    the fabric it came from.
     """
     @_builtins.property
     def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -1523,10 +1529,11 @@ class GetFabricSnapshotRequest(_message.Message):
         down_links: _abc.Iterable[_builtins.int] | None = ...,
         routing_version: _builtins.int = ...,
         up_links: _abc.Iterable[_builtins.int] | None = ...,
+        routing_engine: Global___RoutingEngine.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1736,12 +1743,18 @@ class StreamFabricSnapshotRequest(_message.Message):
     DOWN_LINKS_FIELD_NUMBER: _builtins.int
     ROUTING_VERSION_FIELD_NUMBER: _builtins.int
     UP_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
     routing_version: _builtins.int
     """The routes of this routing version (0: the current one): the current version and the last few
     before it are held in memory, so a run can keep the routes it started on while links change;
     FAILED_PRECONDITION naming the versions held when it is no longer one of them.
+    """
+    routing_engine: Global___RoutingEngine.ValueType
+    """A what-if snapshot routed from scratch by this engine (with the links above changed), nothing
+    stored; UNSPECIFIED (or the fabric's own engine) keeps its routes. Not FILE: a dump routes only
+    the fabric it came from.
     """
     @_builtins.property
     def down_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -1763,10 +1776,11 @@ class StreamFabricSnapshotRequest(_message.Message):
         down_links: _abc.Iterable[_builtins.int] | None = ...,
         routing_version: _builtins.int = ...,
         up_links: _abc.Iterable[_builtins.int] | None = ...,
+        routing_engine: Global___RoutingEngine.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["down_links", b"down_links", "name", b"name", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "up_links", b"up_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
