@@ -11,6 +11,7 @@ from google.protobuf import json_format
 from services.common.errors import InvalidArgument
 from services.topology.events import FabricEvent
 from services.topology.fabric import Fabric, format_ipv4
+from services.topology.formats import IMPORT_FORMATS as FORMAT_IMPORTS
 from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
 from services.topology.registry import RoutingChange
 from services.topology.store import FabricRecord
@@ -29,7 +30,8 @@ __all__ = [
     "routing_summary",
 ]
 
-IMPORT_FORMATS = ("ibnetdiscover", "json", "lldp", "ns3_hpcc")
+# What ImportFabric takes is what the formats package imports (one list; `opensm_lfts` is not among them).
+IMPORT_FORMATS = FORMAT_IMPORTS
 
 
 def engine_name(value: topology_pb2.RoutingEngine.ValueType, field: str) -> str | None:

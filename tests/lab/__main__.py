@@ -1,4 +1,5 @@
 """`make lab`: build the namespace lab, mirror it through the real services, print what was found.
+First, the InfiniBand lab: OpenSM on ibsim against the twin's forwarding tables (tests/lab/ib_report.py).
 
 One JSON line per step (discover, mirror, diagnose, replay, link_down, stop), then a short table.
 Exits 0 when every check of tests/lab/test_lab_mirror.py would hold, 1 when one does not, and 0
@@ -14,6 +15,7 @@ import tempfile
 import time
 
 from services.stack import running_stack
+from tests.lab.ib_report import run_ib_lab
 from tests.lab.mirror_lab import run_mirror_lab
 from tests.lab.netns_fabric import build_lab, lab_unavailable_reason
 
@@ -46,10 +48,11 @@ def _table(steps: dict[str, dict]) -> str:
 
 
 def main() -> int:
+    ib_ok = run_ib_lab()  # the InfiniBand lab: OpenSM on ibsim against the twin's tables
     reason = lab_unavailable_reason()
     if reason is not None:
         print(json.dumps({"step": "skipped", "reason": reason}))
-        return 0
+        return 0 if ib_ok else 1
     started = time.monotonic()
     steps: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="fabrictwin-lab-") as tmp, build_lab() as lab:
@@ -76,7 +79,7 @@ def main() -> int:
         and steps.get("link_down", {}).get("state") == 2
         and steps.get("stop", {}).get("exit_code") == 0
     )
-    return 0 if ok else 1
+    return 0 if ok and ib_ok else 1
 
 
 if __name__ == "__main__":

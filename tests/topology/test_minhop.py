@@ -1,4 +1,3 @@
-import collections
 import itertools
 
 import networkx as nx
@@ -12,6 +11,7 @@ from services.topology.generators import fat_tree, leaf_spine
 from services.topology.routing import engine_named, list_paths
 from services.topology.routing.minhop import MinHop
 from services.topology.routing.tables import forwarding_table
+from tests.topology.opensm_order import opensm_greedy_lft
 
 
 def channel_target(fabric: Fabric, channel: int) -> int:
@@ -127,20 +127,6 @@ def test_a_host_with_its_only_link_down_is_unreachable():
     routes = MinHop().compute(fabric)
     assert routes.unreachable_pairs == 2 * (fabric.num_hosts - 1)
     assert routes.group(fabric, fabric.node_index("host-3"), 0).size == 0
-
-
-def opensm_greedy_lft(fabric, routes, node):
-    """OpenSM's minhop choice done the slow, obvious way: destinations in LID order, each to the
-    equal-cost port with the fewest routes so far on this switch, lowest port on a tie."""
-    assigned = collections.Counter()
-    out = np.zeros(fabric.num_hosts, dtype=np.int64)
-    port = fabric.channel_port()
-    for h in np.argsort(fabric.node_lid[fabric.host_nodes], kind="stable").tolist():
-        ports = sorted(int(port[c]) for c in routes.group(fabric, node, h))
-        if ports:
-            out[h] = min(ports, key=lambda p: (assigned[p], p))
-            assigned[out[h]] += 1
-    return out
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,18 @@ from fabrictwin.v1 import topology_pb2
 __all__ = ["register"]
 
 
+# Formats the topology service writes but does not read: ImportFabric refuses them, so `import` does
+# not offer them (an opensm-lfts.dump routes a fabric: `fabric compute-routes --routing file --lfts-dump`).
+EXPORT_ONLY_FORMATS = ("node_link_json", "opensm_lfts")
+
+
+def _import_format_choice() -> dict[str, object]:
+    keywords = choice(topology_pb2.TopologyFormat)
+    keywords["choices"] = [name for name in keywords["choices"] if name not in EXPORT_ONLY_FORMATS]
+    keywords["metavar"] = "{" + ",".join(keywords["choices"]) + "}"
+    return keywords
+
+
 def _read_input(path: str) -> str:
     """The text of FILE, or of stdin for `-` (InputError naming it if unreadable or not UTF-8)."""
     return read_text(path)
@@ -339,12 +351,12 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         _import,
         "import a fabric from a topology dump",
         "Import a fabric from a dump and route it. FILE may be '-' for stdin.\n"
-        "Formats: ibnetdiscover (rdma-core text, also ibsim's short form), json, ns3_hpcc,\n"
+        "Formats: ibnetdiscover (rdma-core text, also ibsim's short form), ibsim, json, ns3_hpcc,\n"
         "lldp (FILE: a directory of NODE.json files, each `lldpcli -f json show neighbors`\n"
         "of that node, or a tar archive of them).",
     )
     p.add_argument("file", metavar="FILE", help="the dump ('-' reads stdin); for lldp a directory or tar")
-    p.add_argument("--format", **choice(topology_pb2.TopologyFormat), required=True, help="format of FILE")
+    p.add_argument("--format", **_import_format_choice(), required=True, help="format of FILE")
     p.add_argument("--id", default="", help="id of the fabric; generated if omitted")
     p.add_argument("--display-name", default="", help="human-readable name")
     p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")

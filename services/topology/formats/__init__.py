@@ -3,6 +3,7 @@
 | format           | import | export | module            |
 |------------------|--------|--------|-------------------|
 | `ibnetdiscover`  | yes    | yes    | `ibnetdiscover.py` (also reads ibsim's short form) |
+| `ibsim`          | yes    | yes    | `ibsim.py`        (ibsim net file; read as ibnetdiscover) |
 | `json`           | yes    | yes    | `json_format.py`  (documented in docs/topology-formats.md) |
 | `node_link_json` | no     | yes    | `node_link.py`    (networkx node-link JSON) |
 | `ns3_hpcc`       | yes    | yes    | `ns3_hpcc.py`     (ns-3 HPCC `topology.txt`) |
@@ -45,25 +46,27 @@ def _importers() -> dict[str, Importer]:
 
     return {
         "ibnetdiscover": ibnetdiscover.import_ibnetdiscover,
+        "ibsim": ibnetdiscover.import_ibnetdiscover,  # ibsim's net files are ibnetdiscover's grammar
         "json": json_format.import_json,
         "ns3_hpcc": ns3_hpcc.import_ns3_hpcc,
     }
 
 
 def _exporters() -> dict[str, Exporter]:
-    from services.topology.formats import ibnetdiscover, json_format, node_link, ns3_hpcc
+    from services.topology.formats import ibnetdiscover, ibsim, json_format, node_link, ns3_hpcc
 
     return {
         "ibnetdiscover": ibnetdiscover.export_ibnetdiscover,
+        "ibsim": ibsim.export_ibsim,
         "json": json_format.export_json,
         "node_link_json": node_link.export_node_link_json,
         "ns3_hpcc": ns3_hpcc.export_ns3_hpcc,
     }
 
 
-FORMATS = ("ibnetdiscover", "json", "lldp", "node_link_json", "ns3_hpcc")
-IMPORT_FORMATS = ("ibnetdiscover", "json", "lldp", "ns3_hpcc")
-EXPORT_FORMATS = ("ibnetdiscover", "json", "node_link_json", "ns3_hpcc")
+FORMATS = ("ibnetdiscover", "ibsim", "json", "lldp", "node_link_json", "ns3_hpcc")
+IMPORT_FORMATS = ("ibnetdiscover", "ibsim", "json", "lldp", "ns3_hpcc")
+EXPORT_FORMATS = ("ibnetdiscover", "ibsim", "json", "node_link_json", "ns3_hpcc")
 DOCUMENT_FORMATS = ("lldp",)  # one document per node
 
 

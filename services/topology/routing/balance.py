@@ -1,12 +1,16 @@
-"""The LFT choice among equal-cost ports, balanced the way OpenSM's minhop does.
+"""The LFT choice among equal-cost ports, balanced the way OpenSM's unicast manager does.
 
-OpenSM walks destinations in LID order and, at each switch, gives each destination the equal-cost
-port with the fewest routes assigned so far on that switch (lowest port on a tie). That is
-sequential per switch; two exact ways compute it:
+OpenSM 3.3 (`osm_ucast_mgr.c`, used by minhop and updn) walks destinations in one fabric-wide
+*routing order* and, at each switch, gives each destination the equal-cost port with the fewest
+routes assigned so far on that switch (lowest port on a tie). The routing order is not LID order:
+the switches are taken in node-GUID order, stably re-sorted by how many end ports (CAs) are cabled
+to them, most first; each switch contributes its CAs in its port order, a CA cabled to several
+switches only at the first (`routing_order` below; checked against OpenSM on ibsim by tests/lab).
+The balancing is sequential per switch; two exact ways compute it:
 
 - fast path, vectorised over rows and hosts: when the groups a row uses are pairwise disjoint (every
   healthy Clos: all uplinks, or the one port toward a child), the greedy within a group is round
-  robin in port order: the r-th destination (in LID order) using a group gets its (r mod size)-th port;
+  robin in port order: the r-th destination (in routing order) using a group gets its (r mod size)-th port;
 - otherwise (overlapping groups, e.g. after a failure) the greedy runs per row, one *run* of
   consecutive destinations with the same group at a time: within a run the greedy is water-filling,
   which has a closed form, so the Python loop is over runs (a handful per row), not destinations.
@@ -19,9 +23,49 @@ from collections.abc import Callable
 import numpy as np
 
 from services.common.snapshot import DELIVER
+from services.topology.fabric import Fabric, NodeKind
+from services.topology.routing.graph import ChannelGraph
 from services.topology.routing.groups import GroupTable
 
-__all__ = ["balanced_lft", "water_fill"]
+__all__ = ["balanced_lft", "routing_order", "water_fill"]
+
+# The GUID a node without one is given when the fabric is exported (ibnetdiscover, ibsim): the
+# order must be the one OpenSM sees when it routes that export.
+_SYNTHETIC_GUID_BASE = 0xFAB0_0000_0000_0000
+
+
+def node_guid_keys(fabric: Fabric) -> np.ndarray:
+    """[N] uint64: each node's GUID, or its synthetic export GUID where the fabric has none."""
+    index = np.arange(fabric.num_nodes, dtype=np.uint64)
+    synthetic = np.uint64(_SYNTHETIC_GUID_BASE) + ((index + np.uint64(1)) << np.uint64(8))
+    return np.where(fabric.node_guid == 0, synthetic, fabric.node_guid).astype(np.uint64)
+
+
+def routing_order(fabric: Fabric, graph: ChannelGraph) -> np.ndarray:
+    """Host indices in the order OpenSM's unicast manager routes them (see the module docstring).
+
+    Only usable cables count (OpenSM does not see a port whose link is down). Hosts cabled to no
+    switch come last, by GUID (they get no route either way).
+
+    >>> from services.topology.generators import leaf_spine
+    >>> f = leaf_spine(2, 1, 2)
+    >>> f.node_guid[f.node_index("leaf-0")] = 0xFFFF_FFFF_FFFF_FFFF  # leaf-0 now sorts after leaf-1
+    >>> [f.node_names[f.host_nodes[h]] for h in routing_order(f, ChannelGraph.of(f))]
+    ['host-2', 'host-3', 'host-0', 'host-1']
+    """
+    guid = node_guid_keys(fabric)
+    to_host = graph.usable & ~graph.is_host[graph.source] & graph.is_host[graph.target]
+    switch, port = graph.source[to_host], graph.port[to_host]
+    endport_links = np.bincount(switch, minlength=fabric.num_nodes)
+    switches = np.flatnonzero(fabric.node_kind == NodeKind.SWITCH)
+    by_load = switches[np.lexsort((guid[switches], -endport_links[switches]))]
+    rank = np.zeros(fabric.num_nodes, dtype=np.int64)
+    rank[by_load] = np.arange(by_load.shape[0])
+    first = np.full(fabric.num_hosts, np.iinfo(np.int64).max, dtype=np.int64)
+    key = rank[switch] * (int(graph.port.max(initial=0)) + 1) + port
+    np.minimum.at(first, fabric.node_host[graph.target[to_host]].astype(np.int64), key)
+    return np.lexsort((guid[fabric.host_nodes], first)).astype(np.int64)
+
 
 _ROWS_PER_CHUNK = 256
 
@@ -78,8 +122,8 @@ def _round_robin(
     within: np.ndarray,
     group_ports: np.ndarray,
 ) -> np.ndarray:
-    """Ports [n, H] (LID order) assuming disjoint groups per row, from group ids per *run* `run_cells`
-    [n, K]: destinations in LID order come in runs of one class (`run_length` [K]; destination j is
+    """Ports [n, H] (routing order) assuming disjoint groups per row, from group ids per *run* `run_cells`
+    [n, K]: destinations in routing order come in runs of one class (`run_length` [K]; destination j is
     number `within[j]` of run `run_of[j]`), so ranks are counted per run, then spread per destination.
     `group_ports` is the port of every group element (groups' channels in port order).
     """
@@ -113,7 +157,7 @@ def _round_robin(
 
 
 def _greedy_row(groups: GroupTable, cells: np.ndarray, channel_port: np.ndarray) -> np.ndarray:
-    """Ports [H] of one row with overlapping groups, run by run (cells in LID order)."""
+    """Ports [H] of one row with overlapping groups, run by run (cells in routing order)."""
     out = np.zeros(cells.shape[0], dtype=np.int64)
     counts = np.zeros(groups.layout.padded.shape[1], dtype=np.int64)
     edges = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1], True])
@@ -139,30 +183,30 @@ def balanced_lft(
     group_ids: np.ndarray,
     rows: np.ndarray,
     host_class: np.ndarray,
-    lid_order: np.ndarray,
+    routing_order_hosts: np.ndarray,
     channel_port: np.ndarray,
     deliver_port: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> np.ndarray:
     """LFT ports [len(rows), H] of the given rows.
 
-    `group_ids` [R, C]; `host_class` [H]; `lid_order` hosts sorted by LID; `deliver_port(rows, hosts)`
-    gives the port to use where a row delivers straight to the host (DELIVER cells).
+    `group_ids` [R, C]; `host_class` [H]; `routing_order_hosts` hosts in routing_order();
+    `deliver_port(rows, hosts)` gives the port where a row delivers straight to the host (DELIVER cells).
     """
     hosts = host_class.shape[0]
     out = np.zeros((rows.shape[0], hosts), dtype=np.int64)
     if group_ids.shape[1] == 0:  # no host is cabled to a switch: nothing to route
         return out
-    lid_class = host_class[lid_order]
+    ordered_class = host_class[routing_order_hosts]
     populated = np.flatnonzero(np.bincount(host_class[host_class >= 0], minlength=group_ids.shape[1]))
-    # Runs of consecutive destinations (in LID order) of one class: a run has one group per row.
-    starts = np.flatnonzero(np.r_[True, lid_class[1:] != lid_class[:-1]])
+    # Runs of consecutive destinations (in routing order) of one class: a run has one group per row.
+    starts = np.flatnonzero(np.r_[True, ordered_class[1:] != ordered_class[:-1]])
     run_length = np.diff(np.r_[starts, hosts])
-    run_class = lid_class[starts]
+    run_class = ordered_class[starts]
     run_of = np.repeat(np.arange(starts.shape[0]), run_length).astype(np.int32)
     within = (np.arange(hosts) - starts[run_of]).astype(np.int32)
     # Port of every group element, plus a trailing 0 that cells without a group point at.
     group_ports = np.append(channel_port[groups.channels], 0).astype(np.int32)
-    in_lid_order = bool(np.array_equal(lid_order, np.arange(hosts)))
+    identity_order = bool(np.array_equal(routing_order_hosts, np.arange(hosts)))
     for lo in range(0, rows.shape[0], _ROWS_PER_CHUNK):
         chunk = rows[lo : lo + _ROWS_PER_CHUNK]
         by_class = group_ids[chunk]
@@ -183,9 +227,9 @@ def balanced_lft(
             column += np.arange(column.shape[0]) - np.repeat(
                 np.cumsum(run_length[run]) - run_length[run], run_length[run]
             )
-            ports[row, column] = deliver_port(chunk[row], lid_order[column])
-        if in_lid_order:
+            ports[row, column] = deliver_port(chunk[row], routing_order_hosts[column])
+        if identity_order:
             out[lo : lo + chunk.shape[0]] = ports
         else:
-            out[lo : lo + chunk.shape[0], lid_order] = ports
+            out[lo : lo + chunk.shape[0], routing_order_hosts] = ports
     return out

@@ -28,6 +28,7 @@ import numpy as np
 
 from services.common.snapshot import NO_ROUTE, RouteTable
 from services.topology.fabric import Fabric
+from services.topology.routing.balance import routing_order
 from services.topology.routing.classes import DestinationClasses
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.groups import GroupTable
@@ -67,7 +68,7 @@ class ClassState:
     per_class: dict[str, np.ndarray]  # arrays [C, S]
     extra: Any  # engine-wide state (updn: ranks), unchanged by an incremental reroute
     groups: GroupTable
-    lid_order: np.ndarray  # host indices sorted by LID
+    routing_order_hosts: np.ndarray  # host indices in OpenSM's routing order (balance.routing_order)
     host_nodes: np.ndarray
 
     def delivery(self) -> DeliveryPorts:
@@ -121,7 +122,6 @@ class ClassEngine:
         graph = ChannelGraph.of(fabric)
         layout = RowLayout.of(fabric, graph)
         classes = DestinationClasses.of(fabric, graph)
-        lids = fabric.node_lid[fabric.host_nodes]
         state = ClassState(
             graph=graph,
             layout=layout,
@@ -129,7 +129,7 @@ class ClassEngine:
             per_class={},
             extra=self.engine_state(fabric, graph, layout),
             groups=GroupTable(layout),
-            lid_order=np.argsort(lids, kind="stable"),
+            routing_order_hosts=routing_order(fabric, graph),
             host_nodes=fabric.host_nodes.astype(np.int64),
         )
         columns = np.arange(classes.num_classes)
@@ -193,8 +193,16 @@ class ClassEngine:
                 recompute[:c_old] |= single
                 if (contains & ~single).any():
                     mask_rows.add(row)
+        order = routing_order(fabric, graph)
+        if not np.array_equal(order, old.routing_order_hosts):  # a host cable moved OpenSM's walk
+            lft_rows.update(range(layout.num_rows))  # every switch balances over the new order
         state = dataclasses.replace(
-            old, graph=graph, classes=classes, extra=extra, groups=old.groups.extended()
+            old,
+            graph=graph,
+            classes=classes,
+            extra=extra,
+            groups=old.groups.extended(),
+            routing_order_hosts=order,
         )
         columns = np.flatnonzero(recompute)
         state.per_class = self._merge_class_state(old, state, columns, c_new)

@@ -110,7 +110,7 @@ class MinHop(ClassEngine):
             group_ids,
             rows,
             state.classes.host_class,
-            state.lid_order,
+            state.routing_order_hosts,
             state.graph.port,
             state.delivery(),
         )

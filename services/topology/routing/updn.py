@@ -19,6 +19,7 @@ allow is up*/down*.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 import numpy as np
 
@@ -29,10 +30,16 @@ from services.topology.routing.classbased import ClassEngine, ClassState
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.minhop import UNREACHABLE, class_distances, row_candidates
 
-__all__ = ["Ranking", "UpDown", "rank_switches"]
+__all__ = ["ClimbOrder", "Ranking", "UpDown", "UpDownRoutes", "rank_switches"]
 
 _BFS_ELEMENTS = 1 << 24
 _NO_RANK = np.iinfo(np.int64).max // 4
+
+
+class ClimbOrder(Protocol):
+    """The engine state up*/down* routes read: which channels climb (updn's Ranking, ftree's layout)."""
+
+    def is_up(self, source: np.ndarray, target: np.ndarray) -> np.ndarray: ...
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -87,7 +94,7 @@ def rank_switches(fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ran
     return Ranking(roots=roots, rank=rank, order=order)
 
 
-def updn_states(graph: ChannelGraph, layout: RowLayout, ranking: Ranking, seeds: np.ndarray):
+def updn_states(graph: ChannelGraph, layout: RowLayout, ranking: ClimbOrder, seeds: np.ndarray):
     """(hops [c, S] int16, down mode [c, S] bool) toward each class, given its switches `seeds`."""
     channels = graph.switch_channels()
     source, target = graph.source[channels], graph.target[channels]
@@ -123,16 +130,9 @@ def updn_states(graph: ChannelGraph, layout: RowLayout, ranking: Ranking, seeds:
     return hops, down_mode
 
 
-class UpDown(ClassEngine):
-    """OpenSM's `updn` engine: up*/down* min-hop routes from root switches, balanced like minhop."""
-
-    name = "updn"
-
-    def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ranking:
-        return rank_switches(fabric, graph, layout)
-
-    def same_engine_state(self, old: Ranking, new: Ranking) -> bool:
-        return bool(np.array_equal(old.order, new.order))
+class UpDownRoutes(ClassEngine):
+    """Min-hop routes along up*/down* paths, the groups of updn and ftree; each of them names its
+    engine state (a ClimbOrder, in `ClassState.extra`) and how it picks the LFT port in a group."""
 
     def class_state(self, state: ClassState, columns: np.ndarray) -> dict[str, np.ndarray]:
         layout = state.layout
@@ -178,13 +178,25 @@ class UpDown(ClassEngine):
         shorter = usable & ((there + 1 < here) | ((there + 1 == here) & ~here_down))
         return shorter, usable & (there + 1 == here) & here_down
 
+
+class UpDown(UpDownRoutes):
+    """OpenSM's `updn` engine: up*/down* min-hop routes from root switches, balanced like minhop."""
+
+    name = "updn"
+
+    def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ranking:
+        return rank_switches(fabric, graph, layout)
+
+    def same_engine_state(self, old: Ranking, new: Ranking) -> bool:
+        return bool(np.array_equal(old.order, new.order))
+
     def lft(self, state: ClassState, group_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return balanced_lft(
             state.groups,
             group_ids,
             rows,
             state.classes.host_class,
-            state.lid_order,
+            state.routing_order_hosts,
             state.graph.port,
             state.delivery(),
         )
