@@ -329,6 +329,20 @@ def test_a_simulation_runs_to_completion_and_reports_busbw(topology, simulator) 
         assert done.name in [s.name for s in client.simulations.list()]
 
 
+def test_waiting_for_a_simulation_returns_what_get_returns_flows_included(topology, simulator) -> None:
+    from fabrictwin import simulation_spec
+
+    with _client(topology=topology, simulator=simulator) as client:
+        client.fabrics.create_leaf_spine(4, 2, 4, fabric_id="sdk-wait-fabric")
+        job = collective_job(ranks=4, size="1MiB", placement="scattered")
+        started = client.simulations.start(simulation_spec("sdk-wait-fabric", [job], "ecmp", seed=1))
+        waited = client.simulations.wait(started.name, timeout=180)
+        assert waited.state == common_pb2.JOB_STATE_SUCCEEDED, waited.error.message
+        got = client.simulations.get(started.name)
+        assert len(got.result.flows) == 24  # 4 ranks x 2(4-1) ring steps
+        assert waited == got
+
+
 def test_the_cli_simulates_two_modes_and_prints_busbw_and_skew(topology, simulator, capsys) -> None:
     with _client(topology=topology) as client:
         client.fabrics.create(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from fabrictwin.connection import Connection
 from fabrictwin.jobs import wait_until_done
 from fabrictwin.names import resource_name
-from fabrictwin.v1 import simulation_pb2, simulation_pb2_grpc
+from fabrictwin.v1 import common_pb2, simulation_pb2, simulation_pb2_grpc
 
 __all__ = ["SimulationsApi"]
 
@@ -53,14 +53,20 @@ class SimulationsApi:
     def wait(self, name: str, timeout: float | None = None) -> simulation_pb2.Simulation:
         """The simulation once SUCCEEDED, FAILED or CANCELLED (check `.state`; `.error` says why it failed).
 
+        Returns what `get` returns, per-flow results included: WatchSimulation's messages leave the
+        flows out (they can be large and every progress report would carry them), so a simulation
+        that SUCCEEDED is read once more with GetSimulation.
         Raises DeadlineExceededError if it is not done after `timeout` seconds (None: no limit).
         """
-        return wait_until_done(
+        done = wait_until_done(
             resource_name("simulations", name),
             self.get,
             lambda n, left: self.watch(n, timeout=left),
             timeout,
         )
+        if done.state != common_pb2.JOB_STATE_SUCCEEDED:
+            return done
+        return self.get(done.name)
 
     def link_series(self, name: str, *, page_size: int = 0) -> Iterator[simulation_pb2.LinkSeries]:
         """The per-link time series of a finished simulation, one LinkSeries per link direction."""
