@@ -10,29 +10,60 @@ that with the same engine; every (switch, destination host) entry is compared, h
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import time
 
 import numpy as np
 
 from services.topology.fabric import Fabric, NodeKind
-from services.topology.formats import import_fabric
+from services.topology.formats import export_fabric, import_fabric
 from services.topology.formats.ibsim import export_ibsim
 from services.topology.generators import fat_tree, leaf_spine
 from services.topology.lfts_dump import parse_lfts_dump, resolve_lfts
 from services.topology.routing import engine_named
+from services.topology.routing.ftree_indexing import FullFatTree
+from services.topology.routing.graph import ChannelGraph
 from tests.lab.ib_opensm import OpenSMRun, dump_fts_tables, run_opensm
+from tests.lab.ib_shifts import contention_free_shifts
 
-__all__ = ["LAB_FABRICS", "Agreement", "compare_engine", "lab_fabric", "lab_net_file"]
+__all__ = [
+    "KNOWN_GAPS",
+    "LAB_FABRICS",
+    "Agreement",
+    "compare_engine",
+    "lab_fabric",
+    "lab_net_file",
+    "shift_counts",
+]
+
+
+def _without(fabric: Fabric, names: set[str]) -> Fabric:
+    """`fabric` without the named nodes and their cables."""
+    doc = json.loads(export_fabric(fabric, "json"))
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in names]
+    doc["links"] = [x for x in doc["links"] if x["a"] not in names and x["b"] not in names]
+    return import_fabric("json", json.dumps(doc))
+
 
 # name -> generated fabric; each also runs shuffled ("<name>-shuffled").
 LAB_FABRICS = {
     "fat-tree-k4": lambda: fat_tree(4),
     "fat-tree-k8": lambda: fat_tree(8),
+    # leaves with fewer hosts than others: OpenSM's ftree routes "dummy" destinations in their place
+    "fat-tree-k8-sparse": lambda: _without(fat_tree(8), {"pod0-edge0-h1", "pod2-edge1-h0", "pod5-edge3-h3"}),
     "leaf-spine-4x2": lambda: leaf_spine(4, 2, 4),
     "leaf-spine-4x2-parallel2": lambda: leaf_spine(4, 2, 4, parallel_links=2),
 }
 SHUFFLE_SEED = 13
+
+# (fabric, engine) -> why the twin does not agree yet. The unicast manager's routing order
+# (services/topology/routing/balance.py) takes switches in numeric GUID order; OpenSM's switch table
+# is keyed by the GUID in network byte order (as ftree_indexing.net_order_keys): with that order
+# minhop and updn measure 100% here too. Only shows where leaves differ in CA count and GUIDs
+# are shuffled.
+# (fabric, engine) -> why the twin cannot agree with OpenSM there; empty: it agrees everywhere.
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def lab_fabric(name: str) -> tuple[Fabric, np.ndarray]:
@@ -64,6 +95,8 @@ class Agreement:
     dump_fts_equal: bool  # the switches hold what opensm-lfts.dump says
     first_differences: list[str]
     seconds: dict[str, float]
+    # contention-free shift permutations, of `hosts - 1`, by (tables, host order); see shift_counts
+    shifts: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def fraction(self) -> float:
@@ -79,6 +112,7 @@ class Agreement:
             "dump_fts_equal": self.dump_fts_equal,
             "first_differences": self.first_differences,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            **({"contention_free_shifts": self.shifts} if self.shifts else {}),
         }
 
 
@@ -99,8 +133,30 @@ def _dump_fts_matches(fabric: Fabric, switches: np.ndarray, ports: np.ndarray, r
     return True
 
 
-def compare_engine(name: str, engine: str, workdir: pathlib.Path, run: OpenSMRun | None = None) -> Agreement:
-    """Run OpenSM's `engine` on lab fabric `name` (or reuse `run`) and compare the twin's tables.
+def shift_counts(
+    name: str, fabric: Fabric, switches: np.ndarray, ours: np.ndarray, theirs: np.ndarray
+) -> dict:
+    """How many shift permutations OpenSM's tables and the twin's carry without contention, with
+    hosts in name order (as generated: pod by pod, edge by edge) and in ftree's routing order (OpenSM's
+    tuple order, as the twin reproduces it; omitted where the fabric is no full fat-tree)."""
+    generated, _ = lab_fabric(name)
+    index = {fabric.node_names[n]: h for h, n in enumerate(fabric.host_nodes.tolist())}
+    orders = {"name_order": np.array([index[generated.node_names[n]] for n in generated.host_nodes.tolist()])}
+    full = FullFatTree.of(fabric, ChannelGraph.of(fabric))
+    if full is not None:
+        orders["ftree_order"] = full.routing_order
+    out = {"of": int(fabric.num_hosts - 1)}
+    for label, order in orders.items():
+        for tables, ports in (("opensm", theirs), ("twin", ours)):
+            out[f"{tables}_{label}"] = len(contention_free_shifts(fabric, switches, ports, order))
+    return out
+
+
+def compare_engine(
+    name: str, engine: str, workdir: pathlib.Path, run: OpenSMRun | None = None, *, shifts: bool = False
+) -> Agreement:
+    """Run OpenSM's `engine` on lab fabric `name` (or reuse `run`) and compare the twin's tables;
+    with `shifts`, also count contention-free shift permutations under both (`shift_counts`).
 
     `engine` "file" compares the twin's file engine fed OpenSM's own dump of a minhop run.
     """
@@ -126,6 +182,7 @@ def compare_engine(name: str, engine: str, workdir: pathlib.Path, run: OpenSMRun
             f"twin port {ours[row, h]}, OpenSM port {theirs[row, h]}"
         )
     assert (fabric.node_kind[switches] == NodeKind.SWITCH).all()
+    counted = shift_counts(name, fabric, switches, ours, theirs) if shifts else {}
     return Agreement(
         fabric=name,
         engine=engine,
@@ -134,4 +191,5 @@ def compare_engine(name: str, engine: str, workdir: pathlib.Path, run: OpenSMRun
         dump_fts_equal=_dump_fts_matches(fabric, switches, theirs, run),
         first_differences=differences,
         seconds=seconds,
+        shifts=counted,
     )

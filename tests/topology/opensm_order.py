@@ -33,9 +33,9 @@ def opensm_destination_order(fabric: Fabric) -> list[int]:
         for (node, port), (peer, _) in (ends, ends[::-1]):
             if fabric.node_kind[node] == NodeKind.SWITCH and fabric.node_kind[peer] == NodeKind.HOST:
                 cables[node].append((port, peer))
-    switches = sorted(
+    switches = sorted(  # OpenSM's switch map is keyed by the GUID in network byte order
         (n for n in range(fabric.num_nodes) if fabric.node_kind[n] == NodeKind.SWITCH),
-        key=lambda n: effective_guid(fabric, n),
+        key=lambda n: int.from_bytes(effective_guid(fabric, n).to_bytes(8, "little"), "big"),
     )
     switches.sort(key=lambda n: -len(cables[n]))  # stable: GUID order among equal loads
     order: list[int] = []

@@ -1,13 +1,18 @@
 import collections
+import json
 
 import numpy as np
 import pytest
 
 from services.topology.fabric import LinkState
-from services.topology.generators import fat_tree
+from services.topology.formats import export_fabric, import_fabric
+from services.topology.generators import fat_tree, leaf_spine
 from services.topology.routing import engine_named
+from services.topology.routing.ftree_indexing import FullFatTree
+from services.topology.routing.graph import ChannelGraph
 from services.topology.routing.routes import entry_signatures
 
+from .opensm_ftree import OpenSMFtree
 from .walks import Groups, lft_path
 
 
@@ -55,3 +60,93 @@ def test_ftree_routes_around_a_failed_link_and_still_reaches_everyone():
     for shift in (1, 7):
         for i in range(fabric.num_hosts):
             lft_path(fabric, routes, i, (i + shift) % fabric.num_hosts)
+
+
+def shuffled_guids(fabric, seed):
+    """`fabric` with GUIDs handed out in a seeded random node order (as the lab's shuffled fabrics)."""
+    order = np.random.default_rng(seed).permutation(fabric.num_nodes)
+    guid = np.empty(fabric.num_nodes, dtype=np.uint64)
+    guid[order] = np.uint64(0x0002_C903_0000_0000) + (np.arange(fabric.num_nodes, dtype=np.uint64) << 4)
+    fabric.node_guid[:] = guid
+    return fabric
+
+
+def without(fabric, names):
+    """`fabric` without the named nodes and their cables."""
+    doc = json.loads(export_fabric(fabric, "json"))
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in names]
+    doc["links"] = [x for x in doc["links"] if x["a"] not in names and x["b"] not in names]
+    return import_fabric("json", json.dumps(doc))
+
+
+def test_ftree_indexes_a_k4_fat_tree_with_the_tuples_opensm_logs():
+    # OpenSM 3.3.23's "Switch index" lines (-D 0x4f) for this fabric brought up in ibsim.
+    logged = {
+        "core-0": (0, 0, 0), "core-2": (0, 0, 1), "core-1": (0, 1, 0), "core-3": (0, 1, 1),
+        "pod0-agg0": (1, 0, 0), "pod0-agg1": (1, 0, 1), "pod1-agg0": (1, 1, 0), "pod1-agg1": (1, 1, 1),
+        "pod2-agg0": (1, 2, 0), "pod2-agg1": (1, 2, 1), "pod3-agg0": (1, 3, 0), "pod3-agg1": (1, 3, 1),
+        "pod0-edge0": (2, 0, 0), "pod0-edge1": (2, 0, 1), "pod1-edge0": (2, 1, 0), "pod1-edge1": (2, 1, 1),
+        "pod2-edge0": (2, 2, 0), "pod2-edge1": (2, 2, 1), "pod3-edge0": (2, 3, 0), "pod3-edge1": (2, 3, 1),
+    }  # fmt: skip
+    fabric = fat_tree(4)
+    full = FullFatTree.of(fabric, ChannelGraph.of(fabric))
+    assert {fabric.node_names[s]: t for s, t in full.tuples.items()} == logged
+
+
+FTREE_FABRICS = {
+    "fat-tree k=4": lambda: fat_tree(4),
+    "fat-tree k=6": lambda: fat_tree(6),
+    "fat-tree k=8": lambda: fat_tree(8),
+    "fat-tree k=8, hosts missing": lambda: without(
+        fat_tree(8), {"pod0-edge0-h1", "pod2-edge1-h0", "pod7-edge3-h3"}
+    ),
+    "leaf-spine 6x4x3": lambda: leaf_spine(6, 4, 3),
+    "leaf-spine 4x2x4, 2 cables": lambda: leaf_spine(4, 2, 4, parallel_links=2),
+    "leaf-spine 5x3x7, 3 cables, hosts missing": lambda: without(
+        leaf_spine(5, 3, 7, parallel_links=3), {"host-1", "host-9", "host-10"}
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", [None, 1, 13])
+@pytest.mark.parametrize("name", sorted(FTREE_FABRICS))
+def test_ftree_equals_opensms_ftree_walked_step_by_step(name, seed):
+    fabric = FTREE_FABRICS[name]()
+    if seed is not None:
+        fabric = shuffled_guids(fabric, seed)
+    assert FullFatTree.of(fabric, ChannelGraph.of(fabric)) is not None
+    routes = engine_named("ftree").compute(fabric)
+    walked = OpenSMFtree(fabric)
+    differences = [
+        (fabric.node_names[switch], host, int(routes.lft_ports(switch)[host]), port)
+        for switch, table in walked.lft.items()
+        for host, port in table.items()
+        if routes.lft_ports(switch)[host] != port
+    ]
+    assert sum(len(t) for t in walked.lft.values()) > 0
+    assert differences == [], differences[:5]
+
+
+@pytest.mark.parametrize("k", [4, 6, 8])
+def test_ftree_shifts_in_its_routing_order_are_contention_free_whatever_the_guids(k):
+    fabric = shuffled_guids(fat_tree(k), seed=k)
+    routes = engine_named("ftree").compute(fabric)
+    order = FullFatTree.of(fabric, ChannelGraph.of(fabric)).routing_order.tolist()
+    assert order != list(range(fabric.num_hosts))  # the shuffle moved OpenSM's order off host order
+    hosts, groups = fabric.num_hosts, Groups(fabric, routes)
+    for shift in sorted({1, 2, k // 2, k // 2 + 1, k * k // 4, hosts // 2, hosts - 1}):
+        load = collections.Counter(
+            channel
+            for i in range(hosts)
+            for channel in lft_path(fabric, routes, order[i], order[(i + shift) % hosts], groups)
+        )
+        assert max(load.values()) == 1, f"shift {shift}"
+
+
+def test_a_fabric_that_is_no_full_fat_tree_is_routed_by_d_mod_k():
+    fabric = without(leaf_spine(4, 2, 2), set())
+    doc = json.loads(export_fabric(fabric, "json"))
+    doc["links"] = [x for x in doc["links"] if {x["a"], x["b"]} != {"leaf-0", "spine-1"}]
+    partial = import_fabric("json", json.dumps(doc))  # leaf-0 misses a spine
+    assert FullFatTree.of(partial, ChannelGraph.of(partial)) is None
+    assert engine_named("ftree").compute(partial).unreachable_pairs == 0

@@ -58,7 +58,8 @@ def routing_order(fabric: Fabric, graph: ChannelGraph) -> np.ndarray:
     switch, port = graph.source[to_host], graph.port[to_host]
     endport_links = np.bincount(switch, minlength=fabric.num_nodes)
     switches = np.flatnonzero(fabric.node_kind == NodeKind.SWITCH)
-    by_load = switches[np.lexsort((guid[switches], -endport_links[switches]))]
+    # OpenSM keeps switches in a map keyed by the GUID in network byte order: that is their order.
+    by_load = switches[np.lexsort((guid[switches].byteswap(), -endport_links[switches]))]
     rank = np.zeros(fabric.num_nodes, dtype=np.int64)
     rank[by_load] = np.arange(by_load.shape[0])
     first = np.full(fabric.num_hosts, np.iinfo(np.int64).max, dtype=np.int64)

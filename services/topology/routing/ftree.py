@@ -1,18 +1,32 @@
 """ftree: fat-tree routing; a shift permutation gets one distinct path per destination.
 
-Equal-cost groups are updn's (minimal up*/down* paths from the top tier, so deadlock-free); the LFT
-choice within a group is D-mod-k (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift
-all-to-all communication patterns", 2010), the deterministic rule OpenSM's ftree reduces to on a full
-fat-tree: destinations are numbered by (leaf switch, leaf port); a switch at level l (leaves are
-level 1) sends destination d up through port (d // W_l) mod (group size), where W_1 = 1 and W_l is
-the product of the up-degrees of the levels below. On a k-ary fat-tree, destination d then climbs
-through a unique core, so for any shift i -> i+s no two flows share a channel. Down groups (only
-wider than one port with parallel cables) spread destinations by d mod (group size).
+Equal-cost groups are updn's (minimal up*/down* paths from the top tier, so deadlock-free). The LFT
+choice within a group is OpenSM's ftree wherever the twin can reproduce it:
+
+- on a full fat-tree (`ftree_indexing.FullFatTree`: two switch levels, or three with pods and
+  columns) each switch forwards a destination to the switch OpenSM's ftree picks, derived from the
+  cabling and GUIDs alone: OpenSM's tuple indexing orders the destinations, its counters send the
+  t-th destination climbing from a switch through its up-neighbour number t mod n in tuple order,
+  and every other switch follows the first switch that reached it. Parallel cables are taken in
+  the order OpenSM's port counters reach them. Checked entry for entry against OpenSM 3.3.23 on
+  ibsim, in cabling order and with records and GUIDs shuffled (tests/lab);
+- elsewhere, and in cells whose wanted switch is not in the group (a failed link), D-mod-k (Zahavi
+  et al., "Optimized InfiniBand fat-tree routing for shift all-to-all communication patterns",
+  2010): destinations are numbered by (leaf switch, leaf port); a switch at level l (leaves are
+  level 1) sends destination d up through port (d // W_l) mod (group size), where W_1 = 1 and W_l
+  is the product of the up-degrees of the levels below. Down groups (only wider than one port with
+  parallel cables) spread destinations by d mod (group size).
+
+Either way, on a k-ary fat-tree destination d climbs through a unique core, so for any shift
+i -> i+s in the routing order no two flows share a channel.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
+import threading
 
 import numpy as np
 
@@ -20,22 +34,28 @@ from services.common.snapshot import DELIVER
 from services.topology.fabric import Fabric
 from services.topology.routing.balance import node_guid_keys
 from services.topology.routing.classbased import ClassState
+from services.topology.routing.ftree_indexing import FullFatTree
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.updn import Ranking, UpDownRoutes, rank_switches
 
 __all__ = ["FatTree", "FatTreeLayout"]
 
-_ROWS_PER_CHUNK = 256
+_ROWS_PER_CHUNK = 64  # rows per block of [rows, hosts] arrays: bounds the peak memory
+_INDEXINGS: collections.OrderedDict[bytes, FullFatTree | None] = collections.OrderedDict()
+_INDEXINGS_KEPT = 4
+_INDEXINGS_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FatTreeLayout:
-    """updn's ranking plus what D-mod-k needs: destination numbers and per-row divisors."""
+    """updn's ranking, OpenSM's view of a full fat-tree, and what D-mod-k needs where that is None or
+    does not apply: destination numbers and per-row divisors."""
 
     ranking: Ranking
     host_position: np.ndarray  # int64 [H], destination number by (leaf, leaf port)
     divisor: np.ndarray  # int64 [R], W of each row's level
     rotation: np.ndarray  # int64 [R], added to the destination number before dividing by W
+    full: FullFatTree | None  # OpenSM's indexing and main paths; cabling and GUIDs only
 
     def is_up(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
         return self.ranking.is_up(source, target)
@@ -104,6 +124,25 @@ def _rotations(graph: ChannelGraph, layout: RowLayout, ranking: Ranking, divisor
     return out
 
 
+def _indexing(fabric: Fabric, physical: ChannelGraph) -> FullFatTree | None:
+    """FullFatTree.of, kept for the last few cablings: it depends on cabling and GUIDs only, and a
+    reroute (one link state changed) would otherwise redo it."""
+    digest = hashlib.blake2b(digest_size=16)
+    for array in (fabric.node_kind, fabric.node_guid, fabric.link_a, fabric.link_b, physical.port):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    key = digest.digest()
+    with _INDEXINGS_LOCK:
+        if key in _INDEXINGS:
+            _INDEXINGS.move_to_end(key)
+            return _INDEXINGS[key]
+    found = FullFatTree.of(fabric, physical)
+    with _INDEXINGS_LOCK:
+        _INDEXINGS[key] = found
+        while len(_INDEXINGS) > _INDEXINGS_KEPT:
+            _INDEXINGS.popitem(last=False)
+    return found
+
+
 def _levels(ranking: Ranking) -> np.ndarray:
     """[S] level of each switch: 1 for the leaves (deepest rank) up to the roots."""
     finite = ranking.rank < np.iinfo(np.int64).max // 4
@@ -111,8 +150,31 @@ def _levels(ranking: Ranking) -> np.ndarray:
     return np.where(finite, deepest - ranking.rank + 1, 1)
 
 
+class _GroupMembers:
+    """Group elements by (group, target node), parallel cables in the far end's port order."""
+
+    def __init__(self, offsets: np.ndarray, channels: np.ndarray, graph: ChannelGraph) -> None:
+        group = np.repeat(np.arange(offsets.shape[0] - 1), np.diff(offsets))
+        keys = group * graph.num_nodes + graph.target[channels]
+        self._order = np.lexsort((graph.port[channels ^ 1], keys))  # channel c ^ 1 is c reversed
+        self._keys = keys[self._order]
+        self._n = graph.num_nodes
+
+    def find(self, group: np.ndarray, node: np.ndarray, cable: np.ndarray, default: np.ndarray) -> np.ndarray:
+        """Element index of cable number `cable` (modulo the cables) of `group` toward `node`, in the
+        port order of `node`'s end; `default` where the group has no channel toward `node`."""
+        if not self._keys.size:
+            return default
+        key = group * self._n + np.maximum(node, 0)
+        first = np.searchsorted(self._keys, key)
+        count = np.searchsorted(self._keys, key, side="right") - first
+        hit = (count > 0) & (node >= 0)
+        at = np.minimum(first + cable % np.maximum(count, 1), self._keys.shape[0] - 1)
+        return np.where(hit, self._order[at], default)
+
+
 class FatTree(UpDownRoutes):
-    """OpenSM's `ftree` engine: updn groups, D-mod-k LFT choice."""
+    """OpenSM's `ftree` engine: updn groups; OpenSM's choice on a full fat-tree, D-mod-k elsewhere."""
 
     name = "ftree"
 
@@ -125,6 +187,7 @@ class FatTree(UpDownRoutes):
             host_position=_host_positions(fabric, physical),
             divisor=divisor,
             rotation=_rotations(physical, layout, ranking, divisor),
+            full=_indexing(fabric, physical),
         )
 
     def same_engine_state(self, old: FatTreeLayout, new: FatTreeLayout) -> bool:
@@ -144,6 +207,7 @@ class FatTree(UpDownRoutes):
             climbs = state.extra.is_up(graph.source[first], graph.target[first])
             climbs |= graph.is_host[graph.source[first]]
         delivery = state.delivery()
+        members = _GroupMembers(groups.offsets, groups.channels, graph)
         out = np.zeros((rows.shape[0], host_class.shape[0]), dtype=np.int64)
         if group_ids.shape[1] == 0:
             return out
@@ -155,6 +219,10 @@ class FatTree(UpDownRoutes):
             rotated = position[None, :] + state.extra.rotation[chunk][:, None]
             spread = np.where(climbs[safe], rotated // state.extra.divisor[chunk][:, None], position)
             slot = groups.offsets[safe] + spread % size
+            if state.extra.full is not None:
+                hosts = np.arange(host_class.shape[0])
+                wanted, cable = state.extra.full.wanted_next(state.layout.row_nodes[chunk], hosts)
+                slot = np.where(cells >= 0, members.find(safe, wanted, cable, slot), slot)
             if groups.channels.size:
                 chosen = groups.channels[np.minimum(slot, groups.channels.size - 1)]
                 ports = np.where(cells >= 0, graph.port[chosen], 0)
