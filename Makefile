@@ -13,6 +13,7 @@ $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e clients/python -e '.[dev]'
+	$(PY) -m services.simulator.packet.warm_up  # compile the packet engine once (about a minute)
 	touch $@
 
 proto: venv
@@ -32,6 +33,7 @@ bench: venv
 	$(PY) -m bench $(BENCH)
 
 run: venv
+	$(PY) -m services.simulator.packet.warm_up  # at once when compiled; else before the services start
 	$(PY) -m services.stack
 
 # The Ethernet mirror on a real fabric in Linux network namespaces (needs root): prints what it found.

@@ -16,9 +16,13 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from bench.registry import benchmark
+from services.simulator.results import PacketStats, SimulationOutcome
 from services.simulator.runner import run_simulation
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
@@ -56,7 +60,14 @@ def _warm_up() -> None:
     run_simulation(spec, snapshot)
 
 
-def _ns3() -> dict:
+def _packets(outcome: SimulationOutcome) -> PacketStats:
+    """The packet counters of a PACKET-fidelity run (every run here is one)."""
+    if outcome.packets is None:
+        raise RuntimeError("a packet-engine benchmark ran without packet counters")
+    return outcome.packets
+
+
+def _ns3() -> dict[str, Any]:
     python = NS3_VENV / "bin" / "python"
     if not python.exists():
         made = subprocess.run([sys.executable, "-m", "venv", str(NS3_VENV)], capture_output=True, text=True)
@@ -92,15 +103,17 @@ def reference_spray() -> dict:
     start = time.perf_counter()
     outcome = run_simulation(_reference_spec(snapshot, "SPRAY"), snapshot)
     wall = time.perf_counter() - start
-    packets = outcome.packets.delivered
-    figures = {
+    stats = _packets(outcome)
+    packets = stats.delivered
+    figures: dict[str, Any] = {
         "packets_per_s": round(packets / wall),
         "packets": packets,
-        "delivered_bytes": outcome.packets.delivered_bytes,
+        "delivered_bytes": stats.delivered_bytes,
         "completion_s": outcome.makespan_ns / 1e9,
         "engine_wall_s": round(wall, 3),
-        "dropped_packets": outcome.packets.dropped,
+        "dropped_packets": stats.dropped,
     }
+    ns3: dict[str, Any]
     if os.environ.get("FABRICTWIN_BENCH_SKIP_NS3"):
         ns3 = {"ns3_skipped": "FABRICTWIN_BENCH_SKIP_NS3 is set"}
     else:
@@ -119,7 +132,7 @@ def reference_spray() -> dict:
     return figures
 
 
-def _timed_reference(snapshot, mode: str, shift: int, **settings) -> tuple[float, object]:
+def _timed_reference(snapshot, mode: str, shift: int, **settings) -> tuple[float, SimulationOutcome]:
     start = time.perf_counter()
     outcome = run_simulation({**_reference_spec(snapshot, mode, shift), **settings}, snapshot)
     return time.perf_counter() - start, outcome
@@ -148,8 +161,11 @@ def _pfc_dcqcn(mode: str, shift: int) -> dict:
     plain_wall, plain = _timed_reference(snapshot, mode, shift)
     settings = {"pfc": True, "dcqcn": True, "ecn_kmax_bytes": 100_000}
     wall, outcome = _timed_reference(snapshot, mode, shift, **settings)
-    packets, plain_packets = outcome.packets.delivered, plain.packets.delivered
-    counters = outcome.packets.counters
+    stats, plain_stats = _packets(outcome), _packets(plain)
+    packets, plain_packets = stats.delivered, plain_stats.delivered
+    counters = stats.counters
+    pause_frames = outcome.channels.pause_frames
+    assert pause_frames is not None, "a PACKET-fidelity run counts PAUSE frames"
     return {
         "packets_per_s": round(packets / wall),
         "plain_packets_per_s": round(plain_packets / plain_wall),
@@ -159,9 +175,9 @@ def _pfc_dcqcn(mode: str, shift: int) -> dict:
         "events": outcome.events,
         "completion_s": outcome.makespan_ns / 1e9,
         "plain_completion_s": plain.makespan_ns / 1e9,
-        "dropped_packets": outcome.packets.dropped,
-        "plain_dropped_packets": plain.packets.dropped,
-        "pause_frames": int(outcome.channels.pause_frames.sum()),
+        "dropped_packets": stats.dropped,
+        "plain_dropped_packets": plain_stats.dropped,
+        "pause_frames": int(pause_frames.sum()),
         "ecn_marked_packets": counters["ecn_marked_packets"],
         "cnp_sent": counters["cnp_sent"],
     }
@@ -187,18 +203,39 @@ def _allreduce_k16(mode: str) -> dict:
     start = time.perf_counter()
     outcome = run_simulation(spec, snapshot)
     wall = time.perf_counter() - start
-    job = outcome.jobs[0]
+    job, stats = outcome.jobs[0], _packets(outcome)
     return {
         "wall_s_engine": round(wall, 2),
-        "packets": outcome.packets.delivered,
-        "packets_per_s": round(outcome.packets.delivered / wall),
+        "packets": stats.delivered,
+        "packets_per_s": round(stats.delivered / wall),
         "completion_ms": round(job.completion_ns / 1e6, 3),
         "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
         "busbw_gbps": round(job.busbw_gbps, 1),
-        "dropped_packets": outcome.packets.dropped,
-        "peak_packets_in_flight": outcome.packets.peak_in_flight,
+        "dropped_packets": stats.dropped,
+        "peak_packets_in_flight": stats.peak_in_flight,
     }
 
 
+def _allreduce_k16_benchmark(mode: str) -> Callable[[], dict]:
+    return lambda: _allreduce_k16(mode.upper())
+
+
 for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
-    benchmark(f"engine.allreduce.k16.{_mode}")(lambda mode=_mode: _allreduce_k16(mode.upper()))
+    benchmark(f"engine.allreduce.k16.{_mode}")(_allreduce_k16_benchmark(_mode))
+
+
+@benchmark("engine.compile")
+def engine_compile() -> dict:
+    """Cold compile of the packet engine: its warm-up (one tiny run) in a fresh process whose numba
+    cache directory is empty, as on a fresh machine; `compile_s` includes the process start and
+    imports (about 2 s)."""
+    with tempfile.TemporaryDirectory() as cache:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "services.simulator.packet.warm_up"],
+            cwd=ROOT,
+            env={**os.environ, "NUMBA_CACHE_DIR": cache},
+            check=True,
+            capture_output=True,
+        )
+        return {"compile_s": round(time.perf_counter() - start, 1)}

@@ -138,7 +138,7 @@ def _request_name(name: str) -> str:
 def _integer(field: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidArgument(field, f"must be a whole number, got {str(value)[:40]!r}")
-    if not low <= value <= high:
+    if not low <= int(value) <= high:
         raise InvalidArgument(field, f"must be in {low}..{high}, got {value}")
 
 
@@ -147,7 +147,7 @@ def _real(field: str, value: object, low: float, high: float) -> None:
         raise InvalidArgument(field, f"must be a number, got {str(value)[:40]!r}")
     if not math.isfinite(value):
         raise InvalidArgument(field, f"must be a finite number, got {value}")
-    if not low <= value <= high:
+    if not low <= float(value) <= high:
         raise InvalidArgument(field, f"must be in {low:g}..{high:g}, got {value:g}")
 
 

@@ -1,12 +1,19 @@
-"""Every check a spec must pass before StartSimulation accepts it, in one place.
+"""Every check a spec must pass before StartSimulation accepts it, in one place, in two stages.
 
-`check_simulation` runs them in order: the spec's own checks (`validate_spec`: numbers in range
-first, then what needs no fabric), the fabric's numbers, placement (hosts, rails, pinned paths,
-SHARP trees), the checks that need the spec's size (packets per flow, how many sample intervals
-the series can hold), PFC thresholds against the buffer, LINK_DOWN faults (links, pinned flows,
-routes that a link down for good would leave), and last admission control (admission.py). The
-servicer runs it before StartSimulation returns, and `run_simulation` runs it too, so a core caller
-meets the same refusals; nothing a spec can fail is left for the worker to find.
+`check_simulation` runs them in order: the spec's own checks (`validate_spec`, validation.py:
+numbers in range first, then what needs no fabric), the fabric's numbers, placement (hosts, rails,
+pinned paths, SHARP trees), the checks that need the spec's size (packets per flow, how many
+sample intervals the series can hold), PFC thresholds against the buffer, LINK_DOWN faults (links,
+pinned flows, routes that a link down for good would leave), and last admission control
+(admission.py). It returns the sets of down links whose routings the run needs.
+
+`check_routes`, once those routings are at hand, builds the workload and routes it as the engine
+will: a pair of hosts with no route (or routes that loop) is FailedPrecondition naming them, a
+route across a link of rate 0 FailedPrecondition naming the link, and then the engine's own
+refusals (`Engine.check`: PACKET routes every LINK_DOWN epoch).
+
+The servicer runs both before StartSimulation returns, and `run_simulation` runs both for core
+callers; the worker runs neither again (runner.simulate): nothing a spec can fail is left for it.
 """
 
 from __future__ import annotations
@@ -20,14 +27,18 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.admission import CostEstimate, SimulationLimits, estimate_cost
 from services.simulator.bounds import MAX_LATENCY_NS
-from services.simulator.link_faults import check_routes_survive, down_sets
+from services.simulator.engine import RunFabric
+from services.simulator.engines import engine_for
 from services.simulator.packet.engine import MAX_PACKETS_PER_FLOW, MAX_SERIES_BYTES, series_cell_bytes
+from services.simulator.packet.link_faults import check_routes_survive, down_sets
+from services.simulator.packet.transport import pfc_thresholds
+from services.simulator.paths import route_workload
 from services.simulator.series import MAX_SERIES_VALUES
-from services.simulator.spec import Fidelity, SimulationSpec, validate_spec
-from services.simulator.transport import pfc_thresholds
-from services.simulator.workload import place_jobs
+from services.simulator.spec import Fidelity, SimulationSpec
+from services.simulator.validation import validate_spec
+from services.simulator.workload import Workload, build_workload, place_jobs
 
-__all__ = ["Accepted", "check_simulation"]
+__all__ = ["Accepted", "check_routes", "check_simulation"]
 
 _NODE_KIND_SWITCH = 2
 
@@ -134,3 +145,22 @@ def _check_series(
         f"(the run lasts at least {shortest:,} ns), more than the series can hold; use at least "
         f"{coarsest:,} ns (or 0: chosen from the run's length)",
     )
+
+
+def check_routes(spec: SimulationSpec, fabric: RunFabric) -> Workload:
+    """The checks that need the workload and its routes (module doc); `spec` passed `check_simulation`.
+    Returns the workload it built (a core caller simulates it; the service's worker builds its own)."""
+    snapshot = fabric.snapshot
+    assert spec.load_balancing is not None
+    workload = build_workload(spec, snapshot)
+    routes, _ = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
+    crossed = np.unique(routes.channels)
+    dead = crossed[snapshot.channel_rate_bps()[crossed] <= 0]
+    if len(dead):
+        link = int(dead[0]) // 2
+        raise FailedPrecondition(
+            f"{snapshot.fabric}: link {snapshot.link_names[link]} has a rate of 0 and the workload's routes "
+            "cross it; nothing could ever arrive"
+        )
+    engine_for(spec.fidelity).check(spec, fabric, workload)
+    return workload

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabrictwin.v1 import common_pb2, simulation_pb2
+from fabrictwin.v1 import common_pb2, simulation_pb2, topology_pb2
 
 from services.common.errors import InvalidArgument, status_code_number
 from services.simulator import spec as domain
@@ -78,6 +78,13 @@ def _job_from_proto(index: int, job: simulation_pb2.Job) -> domain.JobSpec:
     )
 
 
+def _engine_name(value: int) -> str:
+    """`ftree` for ROUTING_ENGINE_FTREE; INVALID_ARGUMENT naming the field for an unknown number."""
+    if value not in topology_pb2.RoutingEngine.values():
+        raise InvalidArgument("spec.fabric_state.routing_engine", f"unknown routing engine {value}")
+    return topology_pb2.RoutingEngine.Name(value).removeprefix("ROUTING_ENGINE_").lower()  # type: ignore[arg-type]
+
+
 def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.SimulationSpec:
     """The domain spec of a request's `spec` (no validation beyond enum values).
 
@@ -111,8 +118,27 @@ def spec_from_proto(message: simulation_pb2.SimulationSpec) -> domain.Simulation
             label=lb.label,
             spray_random=lb.spray_random,
         )
+    state = message.fabric_state
+    fabric_state = domain.FabricStateSpec(
+        link_state=_enum(
+            domain.LinkStatePolicy,
+            simulation_pb2.LinkStatePolicy,
+            state.link_state,
+            "LINK_STATE_POLICY_",
+            "spec.fabric_state.link_state",
+            domain.LinkStatePolicy.AS_STORED,
+        ),
+        repaired_links=tuple(state.repaired_links),
+        routing_engine=(
+            ""
+            if state.routing_engine == topology_pb2.ROUTING_ENGINE_UNSPECIFIED
+            else _engine_name(state.routing_engine)
+        ),
+    )
     return domain.SimulationSpec(
         fabric=message.fabric,
+        fabric_state=fabric_state,
+        routing_version=message.routing_version,
         jobs=tuple(_job_from_proto(i, job) for i, job in enumerate(message.jobs)),
         load_balancing=load_balancing,
         fidelity=_enum(
@@ -265,6 +291,7 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
             coefficient_of_variation=skew.coefficient_of_variation,
             share_hot=skew.share_hot,
             share_idle=skew.share_idle,
+            share_cold=skew.share_cold,
         ),
         events=outcome.events,
         wall_seconds=outcome.wall_seconds,

@@ -1,41 +1,36 @@
-"""The channels each flow crosses, from the snapshot's equal-cost routes and the load-balancing mode.
-
-Both modes walk the routes hop by hop from the source host to the destination host, vectorised
-over all flows at once (a fat-tree path has at most six hops):
-
-- ECMP (`pin_flows_by_hash`): at each node the next channel is
-  `group[hash(5-tuple, seed of that node) % len(group)]`, so a flow takes exactly one path.
-- Fluid split (`split_flows_evenly`, ADAPTIVE and SPRAY at FLOW fidelity): at each node a flow's
-  share is split evenly over the whole group, so it puts a fraction on every channel of every
-  equal-cost path (per-hop even split; on fat-trees this equals an even split over paths).
-
-Channels of links that are DOWN are left out of every group, as a switch would. A flow with no
-route is FailedPrecondition naming the two hosts. The result is a CSR of (channel, fraction) per
-flow plus the flow's one-way latency: link latencies plus `switch_latency_ns` per switch crossed
-(with a split, the slowest of its paths).
+"""The channels each flow of a workload crosses: pinned flows on their paths, every other flow as
+its load-balancing mode splits it (modes/: ECMP pins a flow by its hash, ADAPTIVE and SPRAY split it
+evenly over the equal-cost groups at FLOW fidelity).
 
 Pinned flows (`Workload.pinned_offsets` / `pinned_channels`: SHARP's hops between neighbouring
 tree nodes, see sharp.py, and POINT_TO_POINT flows given a path, see pinning.py) are not routed:
 whatever the mode, each distinct pinned path gets one row of its channels in order (fraction 1 each),
 with the latency of those hops, after the rows of the routed flows.
+
+The walking itself is routes.py; the names re-exported here (`FlowRoutes`, `pin_flows_by_hash`,
+`split_flows_evenly`, `pinned_path_rows`, `unique_rows`, `hop_latency_ns`) keep older importers
+working; new code imports them from routes.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
-from services.simulator.ecmp_hash import ecmp_next_hop, flow_hash, pack_five_tuples, switch_seeds
-from services.simulator.results import FlowOutcomes
-from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec
+from services.simulator.modes import mode_of
+from services.simulator.routes import (
+    FlowRoutes,
+    hop_latency_ns,
+    pin_flows_by_hash,
+    pinned_path_rows,
+    split_flows_evenly,
+    unique_rows,
+)
+from services.simulator.spec import LoadBalancingSpec
 from services.simulator.workload import Workload
 
 __all__ = [
     "FlowRoutes",
-    "flow_outcomes",
     "hop_latency_ns",
     "pin_flows_by_hash",
     "pinned_path_rows",
@@ -43,191 +38,6 @@ __all__ = [
     "split_flows_evenly",
     "unique_rows",
 ]
-
-_NODE_KIND_SWITCH = 2
-_LINK_STATE_DOWN = 2
-
-
-@dataclasses.dataclass
-class FlowRoutes:
-    """Channels crossed by each routed flow, as CSR, and its one-way latency."""
-
-    offsets: np.ndarray  # int64 [R+1]
-    channels: np.ndarray  # int32 [E]
-    fractions: np.ndarray  # float64 [E], share of the flow's rate on that channel
-    latency_ns: np.ndarray  # int64 [R]
-    pinned: bool  # True when every flow has exactly one path (ECMP)
-
-
-class _Walker:
-    """Route groups of a snapshot with DOWN channels removed, and per-channel hop costs.
-
-    `groups(nodes, destinations)` gives (start, size) slices of `channels`, LFT channel first
-    (FabricSnapshot.route_groups, with the channels of DOWN links squeezed out of every slice).
-    """
-
-    def __init__(self, snapshot: FabricSnapshot, switch_latency_ns: int) -> None:
-        self.snapshot = snapshot
-        self.hosts = snapshot.num_hosts
-        self.target = snapshot.channel_target().astype(np.int64)
-        channel_up = np.repeat(snapshot.link_state != _LINK_STATE_DOWN, 2)
-        channels = np.asarray(snapshot.route_channels, dtype=np.int64)
-        keep = (channels >= 0) & channel_up[np.maximum(channels, 0)]
-        self.channels = channels[keep]
-        # A slice [a, a+n) of the snapshot's channels is [kept_before[a], kept_before[a+n]) here.
-        self._kept_before = np.zeros(len(channels) + 1, dtype=np.int64)
-        np.cumsum(keep, out=self._kept_before[1:])
-        self.hop_ns = hop_latency_ns(snapshot, switch_latency_ns)
-
-    def groups(self, nodes: np.ndarray, destinations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        start, size = self.snapshot.route_groups(nodes, destinations)
-        first = self._kept_before[start]
-        return first, self._kept_before[start + size] - first
-
-    def _pair(self, sources: np.ndarray, destinations: np.ndarray) -> str:
-        names, host_nodes = self.snapshot.node_names, self.snapshot.host_nodes
-        return (
-            f"from {names[host_nodes[sources[0]]]} to {names[host_nodes[destinations[0]]]} "
-            f"in {self.snapshot.fabric} (routing version {self.snapshot.routing_version})"
-        )
-
-    def no_route(self, sources: np.ndarray, destinations: np.ndarray) -> FailedPrecondition:
-        return FailedPrecondition(f"no route {self._pair(sources, destinations)}")
-
-    def looping(self, sources: np.ndarray, destinations: np.ndarray) -> FailedPrecondition:
-        return FailedPrecondition(f"the routes loop {self._pair(sources, destinations)}")
-
-
-def hop_latency_ns(snapshot: FabricSnapshot, switch_latency_ns: int) -> np.ndarray:
-    """int64 [2L]: each channel's link latency, plus `switch_latency_ns` when it arrives at a switch."""
-    is_switch = snapshot.node_kind == _NODE_KIND_SWITCH
-    arrives_at_switch = is_switch[snapshot.channel_target()]
-    latency = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2)
-    return latency + np.where(arrives_at_switch, switch_latency_ns, 0)
-
-
-def _csr(flow: np.ndarray, channel: np.ndarray, fraction: np.ndarray, count: int) -> tuple:
-    order = np.argsort(flow, kind="stable")
-    offsets = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(np.bincount(flow, minlength=count), out=offsets[1:])
-    return offsets, channel[order].astype(np.int32), fraction[order]
-
-
-def pin_flows_by_hash(
-    snapshot: FabricSnapshot,
-    sources: np.ndarray,
-    destinations: np.ndarray,
-    source_ports: np.ndarray,
-    destination_qps: np.ndarray | None,
-    hash_function: str,
-    base_seed: int,
-    same_seed_everywhere: bool,
-    switch_latency_ns: int,
-) -> FlowRoutes:
-    """ECMP: one path per flow, chosen at every node by the hash of its 5-tuple and the node's seed."""
-    walker = _Walker(snapshot, switch_latency_ns)
-    count = len(sources)
-    keys = pack_five_tuples(
-        snapshot.host_ip[sources], snapshot.host_ip[destinations], source_ports, dest_qp=destination_qps
-    )
-    seeds = switch_seeds(base_seed, snapshot.num_nodes, same_seed_everywhere)
-    flow = np.arange(count)
-    node = snapshot.host_nodes[sources].astype(np.int64)
-    goal = snapshot.host_nodes[destinations].astype(np.int64)
-    destination = np.asarray(destinations, dtype=np.int64)
-    latency = np.zeros(count, dtype=np.int64)
-    hops_flow, hops_channel = [], []
-    for _ in range(snapshot.num_nodes):
-        moving = node != goal[flow]
-        flow, node = flow[moving], node[moving]
-        if not len(flow):
-            break
-        start, size = walker.groups(node, destination[flow])
-        if (size == 0).any():
-            stuck = flow[size == 0]
-            raise walker.no_route(np.asarray(sources)[stuck], destination[stuck])
-        choice = ecmp_next_hop(size, flow_hash(hash_function, keys[flow], seeds[node]))
-        channel = walker.channels[start + choice]
-        hops_flow.append(flow)
-        hops_channel.append(channel)
-        latency[flow] += walker.hop_ns[channel]
-        node = walker.target[channel]
-    else:
-        raise walker.looping(np.asarray(sources)[flow], destination[flow])
-    flows = np.concatenate(hops_flow) if hops_flow else np.zeros(0, dtype=np.int64)
-    channels = np.concatenate(hops_channel) if hops_channel else np.zeros(0, dtype=np.int64)
-    offsets, channels, fractions = _csr(flows, channels, np.ones(len(flows)), count)
-    return FlowRoutes(offsets, channels, fractions, latency, pinned=True)
-
-
-def split_flows_evenly(
-    snapshot: FabricSnapshot, sources: np.ndarray, destinations: np.ndarray, switch_latency_ns: int
-) -> FlowRoutes:
-    """Fluid limit of per-packet balancing: every flow split evenly over each equal-cost group."""
-    walker = _Walker(snapshot, switch_latency_ns)
-    count = len(sources)
-    destination = np.asarray(destinations, dtype=np.int64)
-    goal = snapshot.host_nodes[destination].astype(np.int64)
-    # The frontier: (flow, node, share of the flow at that node, latency so far).
-    flow = np.arange(count)
-    node = snapshot.host_nodes[sources].astype(np.int64)
-    share = np.ones(count)
-    elapsed = np.zeros(count, dtype=np.int64)
-    latency = np.zeros(count, dtype=np.int64)
-    hops = []
-    for _ in range(snapshot.num_nodes):
-        arrived = node == goal[flow]
-        np.maximum.at(latency, flow[arrived], elapsed[arrived])
-        flow, node, share, elapsed = flow[~arrived], node[~arrived], share[~arrived], elapsed[~arrived]
-        if not len(flow):
-            break
-        start, size = walker.groups(node, destination[flow])
-        if (size == 0).any():
-            stuck = flow[size == 0]
-            raise walker.no_route(np.asarray(sources)[stuck], destination[stuck])
-        parent = np.repeat(np.arange(len(flow)), size)
-        member = np.arange(len(parent)) - np.repeat(np.cumsum(size) - size, size)
-        channel = walker.channels[start[parent] + member]
-        child_flow, child_share = flow[parent], share[parent] / size[parent]
-        hops.append((child_flow, channel, child_share))
-        # Merge the children that reach the same node (shares add up, latency is the slowest).
-        child_node = walker.target[channel]
-        child_elapsed = elapsed[parent] + walker.hop_ns[channel]
-        key, inverse = np.unique(child_flow * snapshot.num_nodes + child_node, return_inverse=True)
-        share = np.bincount(inverse, weights=child_share, minlength=len(key))
-        elapsed = np.zeros(len(key), dtype=np.int64)
-        np.maximum.at(elapsed, inverse, child_elapsed)
-        flow, node = key // snapshot.num_nodes, key % snapshot.num_nodes
-    else:
-        raise walker.looping(np.asarray(sources)[flow], destination[flow])
-    flows = np.concatenate([h[0] for h in hops]) if hops else np.zeros(0, dtype=np.int64)
-    channels = np.concatenate([h[1] for h in hops]) if hops else np.zeros(0, dtype=np.int64)
-    shares = np.concatenate([h[2] for h in hops]) if hops else np.zeros(0)
-    # A flow could reach a node at two depths on non-minimal routes: add up its shares per channel.
-    key, inverse = np.unique(flows * snapshot.num_channels + channels, return_inverse=True)
-    shares = np.bincount(inverse, weights=shares, minlength=len(key))
-    flows, channels = key // snapshot.num_channels, key % snapshot.num_channels
-    offsets, channels, fractions = _csr(flows, channels, shares, count)
-    return FlowRoutes(offsets, channels, fractions, latency, pinned=False)
-
-
-def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(np.stack(columns, 1), axis=0, return_inverse=True), without its row-wise sort.
-
-    Columns are folded into one int64 key a column at a time (the rank of the rows so far times the
-    next column's range, plus that column), so the sorts are of plain integers: 2 M flows take a
-    tenth of the time. Rows come back in the same lexicographic order as np.unique's.
-    """
-    rank = np.zeros(len(columns[0]), dtype=np.int64)
-    for column in columns:
-        values = np.asarray(column, dtype=np.int64)
-        low = int(values.min(initial=0))
-        span = int(values.max(initial=0)) - low + 1
-        _, rank = np.unique(rank * span + (values - low), return_inverse=True)
-        rank = rank.reshape(-1).astype(np.int64)
-    _, first = np.unique(rank, return_index=True)
-    rows = np.stack([np.asarray(c, dtype=np.int64)[first] for c in columns], axis=1)
-    return rows, rank
 
 
 def route_workload(
@@ -264,26 +74,6 @@ def route_workload(
     return routes, flow_route
 
 
-def pinned_path_rows(workload: Workload, pinned: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct paths of the pinned flows as a CSR (offsets, channels), and each pinned flow's row.
-
-    Paths are compared as rows of channels padded with -1 (rows come in lexicographic order).
-    """
-    assert workload.pinned_offsets is not None and workload.pinned_channels is not None
-    flows = np.flatnonzero(pinned)
-    lengths = workload.pinned_lengths[flows]
-    hop = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    padded = np.full((len(flows), int(lengths.max())), -1, dtype=np.int64)
-    padded[np.repeat(np.arange(len(flows)), lengths), hop] = workload.pinned_channels[
-        np.repeat(workload.pinned_offsets[flows], lengths) + hop
-    ]
-    paths, row = unique_rows([padded[:, k] for k in range(padded.shape[1])])
-    kept = paths >= 0
-    offsets = np.zeros(len(paths) + 1, dtype=np.int64)
-    np.cumsum(kept.sum(axis=1), out=offsets[1:])
-    return offsets, paths[kept].astype(np.int32), row
-
-
 def _route_between_hosts(
     load_balancing: LoadBalancingSpec,
     snapshot: FabricSnapshot,
@@ -291,69 +81,16 @@ def _route_between_hosts(
     which: np.ndarray | None,
     switch_latency_ns: int,
 ) -> tuple[FlowRoutes, np.ndarray]:
-    """Routes of the flows selected by `which` (bool [F]; None: all); the others get row 0 here."""
-    if load_balancing.mode == LoadBalancingMode.ECMP:
-        columns = [workload.flow_source, workload.flow_destination, workload.flow_source_port]
-        if load_balancing.hash_destination_qp:
-            columns.append(workload.flow_destination_qp)
-    else:
-        columns = [workload.flow_source, workload.flow_destination]
+    """Routes of the flows selected by `which` (bool [F]; None: all); the others get row 0 here.
+
+    Flows the mode cannot tell apart (the same `route_key_columns`) share one row.
+    """
+    mode = mode_of(load_balancing)
+    columns = mode.route_key_columns(load_balancing, workload)
     keys, rows = unique_rows(columns if which is None else [column[which] for column in columns])
-    if load_balancing.mode == LoadBalancingMode.ECMP:
-        routes = pin_flows_by_hash(
-            snapshot,
-            keys[:, 0],
-            keys[:, 1],
-            keys[:, 2],
-            keys[:, 3] if load_balancing.hash_destination_qp else None,
-            load_balancing.ecmp_hash.value,
-            load_balancing.seed,
-            load_balancing.same_seed_everywhere,
-            switch_latency_ns,
-        )
-    else:
-        routes = split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
+    routes = mode.flow_routes(load_balancing, snapshot, keys, switch_latency_ns)
     if which is None:
         return routes, rows
     flow_route = np.zeros(len(which), dtype=np.int64)
     flow_route[which] = rows
     return routes, flow_route
-
-
-def flow_outcomes(
-    workload: Workload,
-    routes: FlowRoutes,
-    flow_route: np.ndarray,
-    start_ns: np.ndarray,
-    finish_ns: np.ndarray,
-    host_names: list[str],
-) -> FlowOutcomes:
-    """Per-flow results of either engine; links per route only where each flow had one path
-    (ECMP, and pinned flows).
-
-    Endpoint names are the hosts', then (SHARP) every node's: endpoint num_hosts + node.
-    """
-    if routes.pinned:
-        path_offsets, path_links = routes.offsets, (routes.channels // 2).astype(np.int32)
-    else:
-        one_path = np.zeros(len(routes.latency_ns), dtype=bool)
-        one_path[flow_route[workload.pinned]] = True
-        counts = np.diff(routes.offsets) * one_path
-        path_offsets = np.zeros(len(routes.offsets), dtype=np.int64)
-        np.cumsum(counts, out=path_offsets[1:])
-        path_links = (routes.channels[np.repeat(one_path, np.diff(routes.offsets))] // 2).astype(np.int32)
-    return FlowOutcomes(
-        job=workload.flow_job,
-        source=workload.flow_source,
-        destination=workload.flow_destination,
-        size_bytes=workload.flow_size_bytes,
-        start_ns=start_ns,
-        finish_ns=finish_ns,
-        udp_source_port=workload.flow_source_port,
-        route=flow_route,
-        path_offsets=path_offsets,
-        path_links=path_links,
-        host_names=list(host_names) + list(workload.endpoint_names)
-        if workload.endpoint_names
-        else host_names,
-    )

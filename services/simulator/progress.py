@@ -26,6 +26,13 @@ class WorkerProgress:
         self._state["fraction"] = float(fraction)
         return not self._state["cancelled"]
 
+    def report_stage(self, stage: str) -> None:
+        """Called in the worker: what the run is doing now, when not simply simulating ("": it is)."""
+        self._state["stage"] = stage
+
+    def stage(self) -> str:
+        return str(self._state.get("stage", ""))
+
     def fraction(self) -> float | None:
         value = self._state["fraction"]
         return None if value < 0 else float(value)
@@ -44,7 +51,7 @@ class ProgressBoard:
         """A fresh progress record (blocking: may start the manager; call it off the event loop)."""
         if self._manager is None:
             self._manager = multiprocessing.get_context("spawn").Manager()
-        return WorkerProgress(self._manager.dict(fraction=-1.0, cancelled=False))
+        return WorkerProgress(self._manager.dict(fraction=-1.0, cancelled=False, stage=""))
 
     def close(self) -> None:
         if self._manager is not None:

@@ -53,12 +53,13 @@ class ChannelSeries:
         does the same, so that "idle links next to hot ones" is visible in either.
         """
 
-        def spread(values: np.ndarray | None) -> np.ndarray | None:
-            if values is None:
-                return None
+        def spread(values: np.ndarray) -> np.ndarray:
             full = np.zeros((num_channels, values.shape[1]), dtype=values.dtype)
             full[self.channels] = values
             return full
+
+        def spread_optional(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else spread(values)
 
         return ChannelSeries(
             np.arange(num_channels, dtype=np.int32),
@@ -66,9 +67,9 @@ class ChannelSeries:
             self.interval_ns,
             spread(self.bytes),
             spread(self.utilisation),
-            spread(self.mean_queue_bytes),
-            spread(self.peak_queue_bytes),
-            spread(self.drops),
+            spread_optional(self.mean_queue_bytes),
+            spread_optional(self.peak_queue_bytes),
+            spread_optional(self.drops),
             {name: spread(values) for name, values in self.counters.items()},
         )
 

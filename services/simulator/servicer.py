@@ -22,6 +22,7 @@ from typing import TypeVar
 from fabrictwin.v1 import simulation_pb2, simulation_pb2_grpc
 
 from services.common.errors import FabricTwinError, FailedPrecondition, InvalidArgument
+from services.common.listing import MAX_FILTERED, Listing, filtered_page
 from services.common.peers import PeerAuth
 from services.common.resources import (
     decode_page_token,
@@ -35,14 +36,17 @@ from services.common.server import HealthSetter
 from services.common.snapshot import FabricSnapshot
 from services.common.workers import WorkerDied, WorkerOutOfMemory, WorkerPool
 from services.simulator.admission import DEFAULT_LIMITS, SimulationLimits, check_request_size
-from services.simulator.checks import check_simulation
+from services.simulator.checks import check_routes, check_simulation
 from services.simulator.convert import record_to_proto, series_to_protos, spec_from_proto
-from services.simulator.link_faults import WhatIf
-from services.simulator.peers import SnapshotSource, check_telemetry_source, export_series
+from services.simulator.engine import RunFabric
+from services.simulator.fabric_state import SnapshotView, view_of, with_stored_state
+from services.simulator.packet.link_faults import WhatIf
+from services.simulator.peers import SnapshotSource, export_series, prepare_telemetry_source
 from services.simulator.progress import ProgressBoard, WorkerProgress
 from services.simulator.registry import SimulationRecord, SimulationRegistry, SimulationState
 from services.simulator.runner import WorkerFailure, run_in_worker
-from services.simulator.spec import SimulationSpec, validate_spec
+from services.simulator.spec import SimulationSpec
+from services.simulator.validation import validate_spec
 
 __all__ = ["SimulationServicer"]
 
@@ -112,16 +116,24 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         spec = spec_from_proto(request.spec)
         _in_spec(lambda: validate_spec(spec))  # before asking the topology service anything
         parse_name(spec.fabric, "fabrics/{fabric}", "spec.fabric")
-        snapshot = await self._snapshots.get(spec.fabric)
+        # The routes of the pinned version, and the what-if of them the spec asks for (fabric_state.py).
+        stored = await self._snapshots.get(spec.fabric, SnapshotView(spec.routing_version))
+        view = _in_spec(lambda: view_of(spec, stored))
+        snapshot = await self._snapshots.get(spec.fabric, view) if view.what_if else stored
+        spec = _in_spec(lambda: with_stored_state(spec, snapshot, view))
         # Off the event loop: a large spec's placement and checks take a while.
         accepted = await asyncio.to_thread(
             _in_spec, lambda: check_simulation(spec, snapshot, self._limits, spec_checked=True)
         )
         # LINK_DOWN faults: the routes with those links down, as the topology service recomputes them.
-        what_if = {down: await self._snapshots.what_if(spec.fabric, down) for down in accepted.down_sets}
+        what_if = {
+            down: await self._snapshots.what_if(spec.fabric, down, view=view) for down in accepted.down_sets
+        }
+        # The workload routed as the engine will route it (no route, LINK_DOWN epochs): checks.py.
+        await asyncio.to_thread(_in_spec, lambda: check_routes(spec, RunFabric(snapshot, what_if)))
         if spec.telemetry_source:
-            await check_telemetry_source(
-                self._telemetry_address, spec.telemetry_source, spec.fabric, self._auth_token
+            await prepare_telemetry_source(
+                self._telemetry_address, spec.telemetry_source, spec.fabric, name, self._auth_token
             )
         record = self._registry.create(name, request.spec, snapshot.routing_version)
         task = asyncio.create_task(self._run(name, spec, snapshot, what_if))
@@ -133,6 +145,13 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         return record_to_proto(self._registry.get(_simulation_name(request.name, "name")), with_flows=True)
 
     async def ListSimulations(self, request, context) -> simulation_pb2.ListSimulationsResponse:
+        listing = Listing.of(simulation_pb2.Simulation.DESCRIPTOR, request.filter, request.order_by)
+        if listing.active:
+            everything, _ = self._registry.page(0, MAX_FILTERED + 1)
+            simulations = map(record_to_proto, everything)
+            size = page_size(request.page_size)
+            chosen, token = filtered_page(simulations, listing, "simulations", request.page_token, size)
+            return simulation_pb2.ListSimulationsResponse(simulations=chosen, next_page_token=token)
         records, following = self._registry.page(
             decode_page_token(request.page_token), page_size(request.page_size)
         )
@@ -203,8 +222,6 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
                 await export_series(
                     self._telemetry_address,
                     spec.telemetry_source,
-                    spec.fabric,
-                    name,
                     outcome.series.over_all_channels(snapshot.num_channels),
                     [snapshot.channel_name(c) for c in range(snapshot.num_channels)],
                     self._auth_token,
@@ -258,12 +275,13 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
 
     async def _show_progress(self, name: str, progress: WorkerProgress) -> None:
         fraction = await asyncio.to_thread(progress.fraction)
+        stage = await asyncio.to_thread(progress.stage) or "simulating"  # or compiling the engine
         record = self._registry.get(name)
         if fraction is None or record.state.terminal:
             return
         shown = round(0.9 * fraction, 3)
-        if record.state != SimulationState.RUNNING or record.fraction != shown:
-            self._registry.update(name, state=SimulationState.RUNNING, stage="simulating", fraction=shown)
+        if record.state != SimulationState.RUNNING or record.fraction != shown or record.stage != stage:
+            self._registry.update(name, state=SimulationState.RUNNING, stage=stage, fraction=shown)
 
     def _fail(self, name: str, code: str, message: str) -> None:
         if code == "CANCELLED":

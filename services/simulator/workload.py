@@ -50,6 +50,7 @@ __all__ = [
     "place_jobs",
     "split_bytes",
     "udp_source_port",
+    "wire_bytes",
 ]
 
 ROCEV2_SOURCE_PORT_BASE = 49152
@@ -236,6 +237,7 @@ def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
             part, steps = collective_transfers(hosts, job)
             size = job.size_bytes
         qps = max(1, job.qps_per_connection)
+        assert job.collective is not None, "validate the spec first: every job has a collective"
         plans.append(
             JobPlan(
                 label=labels[index],
@@ -323,3 +325,14 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
 def _or_zeros(values: np.ndarray | None, part: JobTransfers) -> np.ndarray:
     """`values` (one per transfer of `part`), or zeros."""
     return values if values is not None else np.zeros(len(part.sizes), dtype=np.int64)
+
+
+def wire_bytes(payload_bytes: np.ndarray, mtu_bytes: int, header_bytes: int) -> np.ndarray:
+    """int64: bytes on the wire of flows of `payload_bytes`, cut into packets of at most `mtu_bytes`,
+    each with `header_bytes` of overhead (an empty flow sends nothing).
+
+    >>> wire_bytes(np.array([0, 1, 4096, 4097]), 4096, 82).tolist()
+    [0, 83, 4178, 4261]
+    """
+    payload = np.asarray(payload_bytes, dtype=np.int64)
+    return payload + -(-payload // mtu_bytes) * header_bytes

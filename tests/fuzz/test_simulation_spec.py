@@ -25,7 +25,8 @@ from services.common.resources import parse_name
 from services.simulator.admission import DEFAULT_LIMITS, check_request_size
 from services.simulator.checks import check_simulation
 from services.simulator.convert import spec_from_proto
-from services.simulator.spec import JobSpec, PointToPointFlow, SimulationSpec, validate_spec
+from services.simulator.spec import JobSpec, PointToPointFlow, SimulationSpec
+from services.simulator.validation import validate_spec
 from tests.fuzz import FUZZ, NASTY_TOKENS
 from tests.simulator.fabrics import leaf_spine
 

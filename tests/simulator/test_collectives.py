@@ -12,6 +12,7 @@ from services.simulator.runner import run_simulation
 from services.simulator.spec import Collective, SimulationSpec
 from services.simulator.workload import build_workload
 from tests.simulator.fabrics import NDR_BPS, fat_tree, leaf_spine
+from tests.simulator.wire import wire_bytes
 
 FABRIC = leaf_spine(4, 4, 4)  # 16 hosts, 400 Gb/s, 500 ns per link
 FAT_TREE = fat_tree(4, rate_bps=100_000_000_000)
@@ -257,7 +258,7 @@ def test_the_broadcast_bound_is_the_pipeline_closed_form():
     # chunk at the last rank: (n - 2 + C) chunk times + (n - 1) latencies (each counted 1 ns short).
     n, chunks, size = 4, 8, 8 * MIB
     outcome = run_simulation(spec(job(BROADCAST, n, size, chunks=chunks, placement="SCATTERED")), FABRIC)
-    chunk_ns = size / chunks * 8e9 / NDR_BPS
+    chunk_ns = wire_bytes(size // chunks) * 8e9 / NDR_BPS
     assert outcome.jobs[0].ideal_completion_ns == int((n - 2 + chunks) * chunk_ns + (n - 1) * (2000 - 1))
 
 
@@ -265,7 +266,7 @@ def test_a_send_waiting_only_for_the_previous_one_to_leave_pays_no_latency_in_th
     # Two ranks exchange S/2 in 16 chunks, in order per connection: one latency, not sixteen.
     size = 4 * MIB
     outcome = run_simulation(spec(job(ALL_TO_ALL, 2, size, chunks=16, placement="SCATTERED")), FABRIC)
-    assert outcome.jobs[0].ideal_completion_ns == int(size / 2 * 8e9 / NDR_BPS + 2000 - 1)
+    assert outcome.jobs[0].ideal_completion_ns == int(wire_bytes(size // 2) * 8e9 / NDR_BPS + 2000 - 1)
 
 
 NEW_KINDS = [TREE, HALVING_DOUBLING, ALL_TO_ALL, BROADCAST]

@@ -116,8 +116,8 @@ def test_settings_that_cannot_work_are_refused_naming_the_field(settings, field)
 
 
 def test_a_connections_transfers_share_one_dcqcn_rate_state():
+    from services.simulator.packet.arrays import EngineArrays as _Arrays
     from services.simulator.packet.config import PacketEngineConfig
-    from services.simulator.packet.engine import _Arrays
     from services.simulator.paths import route_workload
     from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec, SimulationSpec
     from services.simulator.workload import build_workload

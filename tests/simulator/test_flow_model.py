@@ -1,12 +1,15 @@
+import math
+
 import numpy as np
 import pytest
 
-from services.simulator.flow_model import max_min_rates
+from services.simulator.flow.model import max_min_rates
 from services.simulator.paths import route_workload
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
 from services.simulator.workload import build_workload
 from tests.simulator.fabrics import NDR_BPS, fat_tree, leaf_spine, two_links_in_a_row
+from tests.simulator.wire import wire_bytes
 
 G = 1_000_000_000
 
@@ -45,10 +48,11 @@ def test_two_flows_sharing_one_link_get_half_each():
     size = 1_000_000
     alone = run_simulation(spec([p2p(("host-0", "host-2", size))]), fabric)
     shared = run_simulation(spec([p2p(("host-0", "host-2", size), ("host-1", "host-3", size))]), fabric)
-    assert alone.jobs[0].completion_ns == size * 8 * 1e9 // (100 * G)
-    assert shared.jobs[0].completion_ns == 2 * alone.jobs[0].completion_ns
+    assert alone.jobs[0].completion_ns == math.ceil(wire_bytes(size) * 8 * 1e9 / (100 * G))
+    assert shared.jobs[0].completion_ns == math.ceil(2 * wire_bytes(size) * 8 * 1e9 / (100 * G))
     middle = shared.channels.display_names.index("switch-0->switch-1")
-    assert shared.channels.mean_utilisation[middle] == pytest.approx(1.0)
+    # Busy all along; the makespan is rounded up to whole ns.
+    assert shared.channels.mean_utilisation[middle] == pytest.approx(1.0, rel=1e-5)
     assert shared.channels.flows[middle] == 2
 
 
@@ -57,15 +61,17 @@ def test_a_flow_bottlenecked_on_its_own_link_leaves_the_rest_of_the_shared_link_
     size = 3_000_000
     outcome = run_simulation(spec([p2p(("host-0", "host-2", size), ("host-1", "host-3", size))]), fabric)
     finish = dict(zip(outcome.flows.destination.tolist(), outcome.flows.finish_ns.tolist(), strict=True))
-    assert finish[2] == pytest.approx(size * 8 * 1e9 / (75 * G), abs=2)  # 75G while the other takes 25G
-    assert finish[3] == pytest.approx(size * 8 * 1e9 / (25 * G), abs=2)
+    on_the_wire = wire_bytes(size)
+    # 75G while the other takes 25G.
+    assert finish[2] == pytest.approx(on_the_wire * 8 * 1e9 / (75 * G), abs=2)
+    assert finish[3] == pytest.approx(on_the_wire * 8 * 1e9 / (25 * G), abs=2)
 
 
 def test_completion_adds_path_latency_of_links_and_switches():
     fabric = two_links_in_a_row([100 * G] * 5, latency_ns=500)
     outcome = run_simulation(spec([p2p(("host-0", "host-2", 1000))], switch_latency_ns=300), fabric)
-    # 80 ns on the wire, three links of 500 ns, two switches of 300 ns.
-    assert outcome.jobs[0].completion_ns == 80 + 3 * 500 + 2 * 300
+    # 1000 bytes and an 82-byte header: 86.56 ns on the wire, three links of 500 ns, two switches of 300 ns.
+    assert outcome.jobs[0].completion_ns == 87 + 3 * 500 + 2 * 300
 
 
 def ring_closed_form_ns(n, size, rate_bps, hop_latency_ns):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
-from services.simulator.link_faults import down_sets
+from services.simulator.packet.link_faults import down_sets
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
 from tests.simulator.fabrics import fat_tree, with_links_down

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.simulator.link_faults import down_sets
+from services.simulator.packet.link_faults import down_sets
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
 from tests.simulator.fabrics import fat_tree, leaf_spine, point_to_point_spec, with_links_down

@@ -16,10 +16,11 @@ from fabrictwin.v1 import common_pb2, simulation_pb2, topology_pb2, topology_pb2
 
 from services.common.errors import InvalidArgument
 from services.simulator.ecmp_hash import ecmp_next_hop, flow_hash, pack_five_tuples, switch_seeds
-from services.simulator.flow_model import max_min_rates
-from services.simulator.link_faults import down_sets
+from services.simulator.flow.model import max_min_rates
+from services.simulator.packet.link_faults import down_sets
 from services.simulator.runner import run_simulation
-from services.simulator.spec import SimulationSpec, validate_spec
+from services.simulator.spec import SimulationSpec
+from services.simulator.validation import validate_spec
 from services.simulator.workload import build_workload, place_jobs
 from tests.simulator import test_service
 from tests.simulator.fabrics import HOST, SWITCH, build_snapshot, fat_tree, leaf_spine, with_links_down
@@ -91,11 +92,11 @@ def test_a_pinned_flow_keeps_its_path_whatever_the_mode(mode, by):
     pinned = CROSS_POD if by == "path" else link_names_along(FT, CROSS_POD)
     outcome = run_simulation(spec([flow("host-0", "host-4", 3 * MIB, **{by: pinned})], mode), FT)
     path = channels_along(FT, CROSS_POD)
-    assert channel_bytes(outcome) == dict.fromkeys(path, 3 * MIB)  # nothing anywhere else
+    assert channel_bytes(outcome) == dict.fromkeys(path, wire_bytes(3 * MIB))  # nothing anywhere else
     assert set(channel_flows(outcome).values()) == {1}
     assert flow_links(outcome, 0).tolist() == [c // 2 for c in path]  # in order from the source
-    # One path: 3 MiB at the link rate plus six hops of 500 ns.
-    assert outcome.jobs[0].completion_ns == math.ceil(3 * MIB * 8 / 100) + 6 * 500
+    # One path: 3 MiB and its packets' headers at the link rate plus six hops of 500 ns.
+    assert outcome.jobs[0].completion_ns == math.ceil(wire_bytes(3 * MIB) * 8 / 100) + 6 * 500
     assert any("1 of 1 point-to-point flows pinned" in note for note in outcome.model_notes)
 
 
@@ -107,19 +108,19 @@ def test_two_flows_pinned_to_one_uplink_share_it_while_adaptive_spreads_them_ove
     together = run_simulation(spec(pinned, "ADAPTIVE"), LS)
     spread = run_simulation(spec(flows, "ADAPTIVE"), LS)
     on = channel_bytes(together)
-    assert uplinks[0] not in on and on[uplinks[1]] == 2 * size  # the other uplink carries nothing
+    assert uplinks[0] not in on and on[uplinks[1]] == 2 * wire_bytes(size)  # the other carries nothing
     assert channel_flows(together)[uplinks[1]] == 2
-    # Each gets half of the uplink: 2 x S over the link rate, plus four hops.
-    assert together.jobs[0].completion_ns == pytest.approx(2 * size * 8 / 100 + 4 * 500, rel=1e-3)
+    # Each gets half of the uplink: 2 x S (on the wire) over the link rate, plus four hops.
+    assert together.jobs[0].completion_ns == pytest.approx(2 * wire_bytes(size) * 8 / 100 + 4 * 500, rel=1e-3)
     assert (together.flows.finish_ns == together.flows.finish_ns[0]).all()
-    assert [channel_bytes(spread)[c] for c in uplinks] == [size, size]
-    assert spread.jobs[0].completion_ns == pytest.approx(size * 8 / 100 + 4 * 500, rel=1e-3)
+    assert [channel_bytes(spread)[c] for c in uplinks] == [wire_bytes(size)] * 2
+    assert spread.jobs[0].completion_ns == pytest.approx(wire_bytes(size) * 8 / 100 + 4 * 500, rel=1e-3)
 
 
 @pytest.mark.parametrize(("size", "gbps"), [(3 * MIB + 5, 12.5), (1_000_000, 0.8), (MIB, 99.0)])
 def test_a_rate_capped_flow_completes_in_size_over_its_rate(size, gbps):
     outcome = run_simulation(spec([flow("host-0", "host-5", size, rate_gbps=gbps)], "ADAPTIVE"), LS)
-    closed_form = size * 8 / gbps + 4 * 500  # ns: the bytes at the cap, plus four hops of latency
+    closed_form = wire_bytes(size) * 8 / gbps + 4 * 500  # ns: the wire bytes at the cap, plus four hops
     assert outcome.jobs[0].completion_ns == pytest.approx(closed_form, rel=1e-3)
     assert abs(outcome.jobs[0].completion_ns - closed_form) <= 1
     assert outcome.jobs[0].ideal_completion_ns == outcome.jobs[0].completion_ns  # the ideal knows the cap
@@ -133,9 +134,9 @@ def test_a_cap_is_a_bound_of_the_fair_sharing_so_the_others_take_what_it_leaves(
     flows = [flow("host-0", "host-4", size, rate_gbps=10), flow("host-0", "host-5", size)]
     outcome = run_simulation(spec(flows, "ADAPTIVE"), LS)
     capped, free = outcome.flows.finish_ns.tolist()
-    assert free == pytest.approx(size * 8 / 90 + 2000, rel=1e-3)
+    assert free == pytest.approx(wire_bytes(size) * 8 / 90 + 2000, rel=1e-3)
     # Once the free flow is done the capped one stays at its cap.
-    assert capped == pytest.approx(size * 8 / 10 + 2000, rel=1e-3)
+    assert capped == pytest.approx(wire_bytes(size) * 8 / 10 + 2000, rel=1e-3)
     rates = max_min_rates(
         np.array([0, 1, 1]),
         np.array([0, 0, 1]),
@@ -154,13 +155,15 @@ def test_a_pinned_and_capped_flow_beside_a_balanced_one(qps):
     flows = [flow("host-0", "host-4", size, path=path, rate_gbps=20), flow("host-1", "host-5", size)]
     outcome = run_simulation(spec(flows, "SPRAY", job={"qps_per_connection": qps}), LS)
     first = np.flatnonzero(outcome.flows.source == 0)  # the pinned flow's QP flows
-    assert outcome.flows.finish_ns[first].max() == pytest.approx(size * 8 / 20 + 4 * 500, rel=1e-3)
+    assert outcome.flows.finish_ns[first].max() == pytest.approx(
+        wire_bytes(size) * 8 / 20 + 4 * 500, rel=1e-3
+    )
     for f in first:
         assert flow_links(outcome, f).tolist() == [c // 2 for c in channels_along(LS, path)]
     # The other flow is sprayed over both uplinks; the pinned one only on spine-0's.
     on = channel_bytes(outcome)
-    assert on[channels_along(LS, ["leaf-0", "spine-1"])[0]] == size // 2
-    assert on[channels_along(LS, ["leaf-0", "spine-0"])[0]] == size + size // 2
+    assert on[channels_along(LS, ["leaf-0", "spine-1"])[0]] == wire_bytes(size) // 2
+    assert on[channels_along(LS, ["leaf-0", "spine-0"])[0]] == wire_bytes(size) + wire_bytes(size) // 2
 
 
 def test_link_bytes_are_exactly_the_sizes_of_the_flows_pinned_across_them():
@@ -180,15 +183,15 @@ def test_link_bytes_are_exactly_the_sizes_of_the_flows_pinned_across_them():
     expected, crossing = {}, {}
     for p, size in zip(paths.values(), sizes, strict=True):
         for c in channels_along(FT, p):
-            expected[c] = expected.get(c, 0) + 2 * size  # two repetitions
+            expected[c] = expected.get(c, 0) + 2 * wire_bytes(size)  # two repetitions
             crossing[c] = crossing.get(c, 0) + 2
     assert channel_bytes(outcome) == expected
     assert channel_flows(outcome) == crossing
     workload = build_workload(SimulationSpec.from_dict(spec(flows, "ADAPTIVE")), FT)
     assert workload.pinned_lengths.tolist() == [len(p) - 1 for p in paths.values()]
-    # The detour's eight hops show in its latency: it finishes after its size at the link rate plus
-    # 8 x 500 ns (no other flow shares its links).
-    assert outcome.flows.finish_ns[1] == math.ceil(1_234_567 * 8 / 100) + 8 * 500
+    # The detour's eight hops show in its latency: it finishes after its wire bytes at the link rate
+    # plus 8 x 500 ns (no other flow shares its links).
+    assert outcome.flows.finish_ns[1] == math.ceil(wire_bytes(1_234_567) * 8 / 100) + 8 * 500
 
 
 @pytest.mark.parametrize(
@@ -420,7 +423,9 @@ def test_parallel_links_a_down_link_and_a_port_for_several_qps_are_refused():
     # path_links names one of them (by index here: the display names of this test fabric repeat).
     links = ["host-0<->leaf-0", "3", "leaf-1<->spine-0", "host-1<->leaf-1"]
     outcome = run_simulation(spec([flow("host-0", "host-1", MIB, path_links=links)], "ADAPTIVE"), PARALLEL)
-    assert channel_bytes(outcome).get(4) is None and channel_bytes(outcome)[6] == MIB  # link 3, a->b
+    assert channel_bytes(outcome).get(4) is None and channel_bytes(outcome)[6] == wire_bytes(
+        MIB
+    )  # link 3, a->b
     down = with_links_down(FT, (channels_along(FT, CROSS_POD)[3] // 2,))
     error = refusal(down, [flow("host-0", "host-4", MIB, path=CROSS_POD)])
     assert error.field == "jobs[0].flows[0].path[4]"
@@ -521,6 +526,6 @@ async def test_the_service_runs_pinned_capped_flows_and_reports_them(simulator, 
     assert list(pinned.links) == [by_name[f"{a}->{b}"].link for a, b in itertools.pairwise(path)]
     # The sprayed flow crosses every uplink of leaf-0; the pinned one only spine-2's.
     assert [by_name[f"leaf-0->spine-{s}"].flows for s in range(4)] == [1, 1, 2, 1]
-    expected_ns = (1 << 20) * 8 / 40 * (1 if fidelity == "flow" else (MTU + HEADER) / MTU)
+    expected_ns = (1 << 20) * 8 / 40 * (MTU + HEADER) / MTU  # the cap paces wire bytes, as at PACKET
     assert pinned.finish_ns - pinned.start_ns == pytest.approx(expected_ns, rel=0.02)
     assert any("1 of 2 point-to-point flows pinned" in note for note in result.model_notes)

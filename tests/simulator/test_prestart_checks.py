@@ -16,7 +16,7 @@ import pytest
 from fabrictwin.v1 import common_pb2, simulation_pb2, telemetry_pb2, telemetry_pb2_grpc
 
 from services.simulator import checks, series
-from services.simulator.packet import engine
+from services.simulator.packet import arrays as engine  # the engine's array budget lives in arrays.py
 from services.simulator.runner import run_simulation
 
 from .fabrics import leaf_spine

@@ -6,6 +6,7 @@ import pytest
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.simulator.runner import WorkerFailure, run_in_worker, run_simulation
 from tests.simulator.fabrics import NDR_BPS, leaf_spine
+from tests.simulator.wire import MTU, wire_bytes
 
 FABRIC = leaf_spine(4, 4, 4)
 
@@ -58,7 +59,8 @@ def test_series_add_up_to_the_channel_totals_and_each_rank_sends_its_share():
     assert outcome.sample_interval_ns == -(-outcome.makespan_ns // 100)
     uplinks = [i for i, name in enumerate(outcome.channels.display_names) if name.startswith("host-")]
     assert len(uplinks) == n
-    assert outcome.channels.bytes[uplinks].tolist() == [2 * (n - 1) * size // n] * n
+    # Wire bytes: every packet carries its RoCEv2 header.
+    assert outcome.channels.bytes[uplinks].tolist() == [2 * (n - 1) * wire_bytes(size // n)] * n
     assert (outcome.series.utilisation <= 1 + 1e-9).all()
     assert outcome.channels.peak_utilisation.max() == pytest.approx(1.0, rel=1e-3)
 
@@ -110,7 +112,7 @@ def test_a_domain_error_in_a_worker_comes_back_as_a_failure_value():
 
 
 def test_cancelling_through_the_progress_callback_stops_the_engine(monkeypatch):
-    import services.simulator.flow_model as flow_model
+    import services.simulator.flow.model as flow_model
 
     monkeypatch.setattr(flow_model, "_PROGRESS_EVERY_S", -1.0)
     failure = run_in_worker(spec(), FABRIC, lambda fraction: False)
@@ -121,7 +123,8 @@ def test_point_to_point_ideal_is_the_wire_time_plus_latency():
     flows = [dict(source="host-0", destination="host-7", size_bytes=4_000_000)]
     outcome = run_simulation(spec([dict(collective="POINT_TO_POINT", flows=flows)]), FABRIC)
     job = outcome.jobs[0]
-    assert job.ideal_completion_ns == pytest.approx(4_000_000 * 8 / NDR_BPS * 1e9 + 4 * 500, abs=1)
+    wire_ns = wire_bytes(4_000_000) * 8 / NDR_BPS * 1e9
+    assert job.ideal_completion_ns == pytest.approx(wire_ns + 4 * 500, abs=1)
     assert job.completion_ns == pytest.approx(job.ideal_completion_ns, abs=2)
     assert job.busbw_gbps == pytest.approx(job.algbw_gbps)
     assert len(outcome.flows.path_links[outcome.flows.path_offsets[0] : outcome.flows.path_offsets[1]]) == 4
@@ -153,6 +156,6 @@ def test_the_topology_services_own_fat_tree_gives_the_closed_form_under_adaptive
     size, n = 1 << 26, 16
     job = ring(n=n, size=size, placement="SCATTERED")
     outcome = run_simulation(spec([job], load_balancing=dict(mode="ADAPTIVE")), fabric)
-    bandwidth_ns = 2 * (n - 1) / n * size * 8 / NDR_BPS * 1e9
+    bandwidth_ns = 2 * (n - 1) / n * size * 8 / (NDR_BPS * MTU / wire_bytes(MTU)) * 1e9  # at the payload rate
     assert bandwidth_ns < outcome.jobs[0].completion_ns < 1.03 * bandwidth_ns
     assert outcome.jobs[0].completion_ns == pytest.approx(outcome.jobs[0].ideal_completion_ns, rel=1e-4)

@@ -16,11 +16,13 @@ from services.simulator.spec import SimulationSpec
 from services.simulator.workload import build_workload
 from tests.simulator import test_service
 from tests.simulator.fabrics import fat_tree, leaf_spine
+from tests.simulator.wire import wire_bytes
 
 RATE = 100_000_000_000
 LINK_NS = 500
 FAT_TREE = fat_tree(4, rate_bps=RATE, latency_ns=LINK_NS)  # 16 hosts, 2 per leaf, 2 leaves per pod
 MIB = 1 << 20
+IB_HEADER = 26  # SHARP runs over InfiniBand: LRH, BTH, ICRC and VCRC per packet
 
 
 def sharp(n, size, **extra):
@@ -133,7 +135,8 @@ def test_each_host_link_carries_s_up_and_s_down_and_so_does_every_tree_link():
     carried = link_bytes(outcome)
     tree = aggregation_tree(FAT_TREE, np.arange(16))
     up = tree.up_channel[tree.up_channel >= 0]
-    assert (carried[up] == size).all() and (carried[up ^ 1] == size).all()
+    on_the_wire = wire_bytes(size, header=IB_HEADER)  # S in 4 KiB packets, each with its IB header
+    assert (carried[up] == on_the_wire).all() and (carried[up ^ 1] == on_the_wire).all()
     others = np.ones(FAT_TREE.num_channels, dtype=bool)
     others[np.r_[up, up ^ 1]] = False
     assert not carried[others].any()
@@ -145,10 +148,10 @@ def test_completion_is_the_chunk_pipeline_within_two_percent_of_s_over_b_plus_th
     job = outcome.jobs[0]
     # Up host->leaf->spine->core, down core->spine->leaf->host: six links, five switches entered.
     tree_latency = 6 * LINK_NS + 5 * switch_ns
-    streaming = size * 8e9 / RATE + tree_latency
+    streaming = wire_bytes(size, header=IB_HEADER) * 8e9 / RATE + tree_latency  # S at the payload rate
     assert job.ideal_completion_ns == pytest.approx(streaming, abs=10)
     # The FLOW model stores and forwards 256 chunks at each of 2h-1 = 5 switches on the way.
-    chunk_ns = size / 256 * 8e9 / RATE
+    chunk_ns = wire_bytes(size // 256, header=IB_HEADER) * 8e9 / RATE
     assert job.completion_ns == pytest.approx((256 + 5) * chunk_ns + tree_latency, rel=1e-4)
     assert job.ideal_completion_ns <= job.completion_ns <= 1.02 * job.ideal_completion_ns
 

@@ -19,7 +19,8 @@ from fabrictwin.v1 import common_pb2, simulation_pb2
 from services.common.errors import InvalidArgument
 from services.simulator import bounds
 from services.simulator.runner import run_simulation
-from services.simulator.spec import SimulationSpec, validate_spec
+from services.simulator.spec import SimulationSpec
+from services.simulator.validation import validate_spec
 
 from .fabrics import leaf_spine
 from .servers import simulator_server, wait_done

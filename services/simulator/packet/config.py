@@ -57,7 +57,7 @@ class RoutingEpoch:
 
 @dataclasses.dataclass(frozen=True)
 class DcqcnSettings:
-    """ECN marking in the switches and DCQCN at the NICs (defaults: services.simulator.transport)."""
+    """ECN marking in the switches and DCQCN at the NICs (defaults: packet/transport.py)."""
 
     kmin_bytes: int
     kmax_bytes: int

@@ -11,12 +11,14 @@ Python to grow them.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-__all__ = ["heap_pop", "heap_push"]
+from services.simulator.packet.kernel import kernel_inline
+from services.simulator.packet.layout import SC_HEAP
+
+__all__ = ["heap_pop", "heap_push", "schedule"]
 
 
-@njit(cache=True, inline="always")
+@kernel_inline
 def heap_push(
     h_time: np.ndarray, h_kind: np.ndarray, h_arg: np.ndarray, size: int, t: int, kind: int, arg: int
 ) -> int:
@@ -36,7 +38,7 @@ def heap_push(
     return size + 1
 
 
-@njit(cache=True, inline="always")
+@kernel_inline
 def heap_pop(
     h_time: np.ndarray, h_kind: np.ndarray, h_arg: np.ndarray, size: int
 ) -> tuple[int, int, int, int]:
@@ -67,3 +69,9 @@ def heap_pop(
         h_kind[i] = last_kind
         h_arg[i] = last_arg
     return t, kind, arg, size
+
+
+@kernel_inline
+def schedule(heap, sc: np.ndarray, t: int, kind: int, arg: int) -> None:
+    """Push an event onto the run's heap (`state.Heap`; its size is sc[SC_HEAP])."""
+    sc[SC_HEAP] = heap_push(heap.time, heap.kind, heap.arg, sc[SC_HEAP], t, kind, arg)

@@ -99,6 +99,7 @@ FI_RESENT_BYTES = 3
 FI_REC_START = 4  # Go-Back-N: when the current loss recovery began (-1: none)
 FI_REC_POINT = 5  # ... and the PSN whose acknowledgement ends it
 FI_REC_PS = 6  # total time spent in loss recovery
+FI_DROPS = 7  # its packets a full switch buffer dropped
 FI_SIZE = 8
 
 # --- qi / qf: DCQCN state per QP (a connection's queue pair, across the flows of its transfers) ---

@@ -18,34 +18,30 @@ from collections.abc import Callable
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
-from services.simulator.bounds import run_limit_notes, run_time_limit_ns
+from services.simulator.assemble import EngineRun, assemble_outcome
+from services.simulator.bounds import run_time_limit_ns
+from services.simulator.engine import RunFabric
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
-from services.simulator.link_faults import WhatIf, link_fault_plan
+from services.simulator.ideal import job_ideals
+from services.simulator.modes import mode_of
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
+from services.simulator.packet.link_faults import link_fault_plan
 from services.simulator.packet.report import PacketRun
-from services.simulator.paths import FlowRoutes, flow_outcomes, route_workload
+from services.simulator.packet.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings, pfc_thresholds
+from services.simulator.paths import route_workload
 from services.simulator.pinning import flow_option_notes
-from services.simulator.placement import HostDirectory
-from services.simulator.results import (
-    ChannelTotals,
-    PacketStats,
-    SimulationOutcome,
-    ideal_completion_ns,
-    job_outcome,
-    uplink_skew,
-)
+from services.simulator.results import ChannelTotals, PacketStats, SimulationOutcome
+from services.simulator.routes import FlowRoutes
 from services.simulator.series import ChannelSeries
 from services.simulator.spec import (
     DEFAULT_BUFFER_BYTES,
     DEFAULT_VL_BUFFER_BYTES,
-    WIRE_OVERHEAD_BYTES,
-    LoadBalancingMode,
     SimulationSpec,
     Transport,
+    wire_overhead_bytes,
 )
-from services.simulator.transport import DEFAULT_IB_WINDOW_BYTES, dcqcn_settings, pfc_thresholds
-from services.simulator.workload import Workload, build_workload
+from services.simulator.workload import Workload
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "packet_model_notes", "run_packet_simulation"]
 
@@ -104,33 +100,10 @@ def packet_model_notes(spec: SimulationSpec, header: int, buffer: int) -> list[s
     notes += flow_option_notes(spec)
     for fault in spec.faults:
         notes.append(
-            f"Fault on link {fault.link}: {fault.kind.value} from {fault.start_ns} ns"
-            + (f" to {fault.end_ns} ns." if fault.end_ns else ".")
+            f"Fault on link {fault.link}: {fault.kind.value if fault.kind else 'UNSPECIFIED'} from "
+            f"{fault.start_ns} ns" + (f" to {fault.end_ns} ns." if fault.end_ns else ".")
         )
-    if lb.mode == LoadBalancingMode.ECMP:
-        seeds = "the same seed on every switch" if lb.same_seed_everywhere else "a seed per switch"
-        notes.append(
-            f"ECMP: every packet of a QP flow follows the path {lb.ecmp_hash.value} of its 5-tuple "
-            f"picks ({seeds})."
-        )
-    elif lb.mode == LoadBalancingMode.ADAPTIVE:
-        notes.append(
-            "ADAPTIVE: per packet, the equal-cost output with the fewest queued bytes "
-            "(seeded random tie-break)."
-        )
-    elif lb.mode == LoadBalancingMode.SPRAY:
-        how = (
-            "a seeded uniform choice among equal-cost outputs"
-            if lb.spray_random
-            else "round-robin over each (switch, destination) group of equal-cost outputs"
-        )
-        notes.append(f"SPRAY: per packet, {how}; the receiving NIC reorders.")
-    else:
-        notes.append(
-            f"FLOWLET: a flow keeps its output at each switch until it pauses longer than "
-            f"{lb.flowlet_gap_ns} ns, "
-            "then takes the least-loaded equal-cost output."
-        )
+    notes += mode_of(lb).packet_notes(lb)
     return notes
 
 
@@ -180,18 +153,18 @@ def _cap_overcount_ns(
 
 def run_packet_simulation(
     spec: SimulationSpec,
-    snapshot: FabricSnapshot,
+    fabric: RunFabric,
+    workload: Workload,
     progress: Callable[[float], bool] | None = None,
-    what_if: WhatIf | None = None,
 ) -> SimulationOutcome:
-    """Simulate `spec` packet by packet (spec already validated); `what_if` holds the routes of the
-    link-down sets its LINK_DOWN faults need (`link_faults.down_sets`)."""
-    wall = time.perf_counter()
+    """Simulate `spec` packet by packet (spec already checked); `fabric.what_if` holds the routes of
+    the link-down sets its LINK_DOWN faults need (`link_faults.down_sets`)."""
+    started = time.perf_counter()
+    snapshot, what_if = fabric.snapshot, fabric.what_if
     lb = spec.load_balancing
     assert lb is not None and lb.mode is not None
-    header = spec.header_bytes or WIRE_OVERHEAD_BYTES[spec.transport]
+    header = wire_overhead_bytes(spec)
     buffer = spec.buffer_bytes or DEFAULT_BUFFER_BYTES
-    workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(lb, snapshot, workload, spec.switch_latency_ns)
     payload_fraction = spec.mtu_bytes / (spec.mtu_bytes + header)
     # Per route: propagation + switch latency, plus one packet's serialisation on every hop after
@@ -202,14 +175,12 @@ def run_packet_simulation(
     packet_bytes = np.minimum(spec.mtu_bytes, workload.flow_size_bytes) + header
     packet_ns = packet_bytes * 8e9 / slowest_host_link
     hops_after_first = (_hops(routes) - 1).clip(min=0)[flow_route]
-    flow_latency = routes.latency_ns[flow_route] + np.ceil(hops_after_first * packet_ns).astype(np.int64)
+    # In fractions of a ns: the closed form is rounded up once, at the end (a ring's 2(n-1) steps
+    # each rounded up would put its ideal up to 2(n-1) ns beyond what a run reaches).
+    flow_latency = routes.latency_ns[flow_route] + hops_after_first * packet_ns
     if workload.flow_rate_bps is not None:
         flow_latency -= _cap_overcount_ns(spec, snapshot, workload, header)
-    names = HostDirectory(snapshot).names
-    ideals = [
-        ideal_completion_ns(plan, workload, j, flow_latency, snapshot, payload_fraction)
-        for j, plan in enumerate(workload.jobs)
-    ]
+    ideals = job_ideals(workload, flow_latency, snapshot, payload_fraction)
     link_events, epochs, link_notes = link_fault_plan(spec, snapshot, workload, what_if or {})
     infiniband = spec.transport == Transport.INFINIBAND
     window_bytes = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
@@ -288,11 +259,6 @@ def run_packet_simulation(
         pause_ns=run.channel_pause_ns[carried],
         counters=_channel_counters(run, carried),
     )
-    jobs = [
-        job_outcome(plan, workload, j, run.flow_finish_ns, ideals[j], names)
-        for j, plan in enumerate(workload.jobs)
-    ]
-    _job_counters(jobs, workload, run)
     notes = packet_model_notes(spec, header, buffer) + link_notes
     if run.packets_dropped:
         lost_flows = int((run.flow_lost_bytes > 0).sum())
@@ -305,55 +271,58 @@ def run_packet_simulation(
             f"{run.reorder_overflow_packets} packets arrived more than the 512-packet reorder window ahead; "
             "the reorder-buffer peak does not include them."
         )
-    notes += run_limit_notes(spec, jobs, run.time_limited, run.interval_ns)
-    flows = flow_outcomes(workload, routes, flow_route, run.flow_start_ns, run.flow_finish_ns, names)
-    flows.counters = {
-        "retransmitted_packets": run.flow_retransmitted,
-        "retransmitted_bytes": run.flow_retransmitted_bytes,
-        "recovery_ns": run.flow_recovery_ns,
-        "cnp_sent": run.flow_cnp_sent,
-        "cnp_handled": run.flow_cnp_handled,
-    }
-    rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
-    return SimulationOutcome(
-        fabric=snapshot.fabric,
-        routing_version=snapshot.routing_version,
-        jobs=jobs,
-        makespan_ns=run.end_ns,
-        channels=totals,
-        series=series,
-        flows=flows,
-        uplink_skew=uplink_skew(snapshot, totals, rank_hosts, run.end_ns),
+    measured = EngineRun(
+        routes=routes,
+        flow_route=flow_route,
+        flow_start_ns=run.flow_start_ns,
+        flow_finish_ns=run.flow_finish_ns,
+        end_ns=run.end_ns,
         events=run.events,
-        wall_seconds=time.perf_counter() - wall,
-        sample_interval_ns=interval,
-        model_notes=notes,
-        packets=PacketStats(
-            injected=run.packets_injected,
-            delivered=run.packets_delivered,
-            delivered_bytes=run.delivered_payload_bytes,
-            dropped=run.packets_dropped,
-            retransmitted=run.retransmitted,
-            peak_in_flight=run.peak_packets_in_flight,
-            in_flight=run.packets_in_flight,
-            naks=run.naks,
-            timeouts=run.timeouts,
-            corrupted=run.corrupted,
-            discarded=run.discarded,
-            out_of_order=run.out_of_order_packets,
-            reorder_peak_bytes=run.reorder_peak_bytes,
-            reorder_overflow=run.reorder_overflow_packets,
-            reorder_histogram=run.reorder_histogram.tolist(),
-            counters={
-                "retransmitted_bytes": run.retransmitted_bytes,
-                "ecn_marked_packets": run.ecn_marked,
-                "cnp_sent": run.cnp_sent,
-                "cnp_handled": run.cnp_handled,
-                "xmit_discards": run.xmit_discards,
-                "lost_on_wire": run.wire_lost,
-                "xmit_wait_ns": int(run.channel_xmit_wait_ns.sum()),
-            },
-        ),
+        time_limited=run.time_limited,
+        series=series,
+        totals=totals,
+        ideals=ideals,
+        notes=notes,
+        packets=_packet_stats(run),
+        flow_counters={
+            "retransmitted_packets": run.flow_retransmitted,
+            "retransmitted_bytes": run.flow_retransmitted_bytes,
+            "recovery_ns": run.flow_recovery_ns,
+            "cnp_sent": run.flow_cnp_sent,
+            "cnp_handled": run.flow_cnp_handled,
+            "dropped_packets": run.flow_dropped,
+        },
+        job_counters=_job_counters(workload, run),
+    )
+    return assemble_outcome(spec, snapshot, workload, measured, started)
+
+
+def _packet_stats(run: PacketRun) -> PacketStats:
+    return PacketStats(
+        injected=run.packets_injected,
+        delivered=run.packets_delivered,
+        delivered_bytes=run.delivered_payload_bytes,
+        dropped=run.packets_dropped,
+        retransmitted=run.retransmitted,
+        peak_in_flight=run.peak_packets_in_flight,
+        in_flight=run.packets_in_flight,
+        naks=run.naks,
+        timeouts=run.timeouts,
+        corrupted=run.corrupted,
+        discarded=run.discarded,
+        out_of_order=run.out_of_order_packets,
+        reorder_peak_bytes=run.reorder_peak_bytes,
+        reorder_overflow=run.reorder_overflow_packets,
+        reorder_histogram=run.reorder_histogram.tolist(),
+        counters={
+            "retransmitted_bytes": run.retransmitted_bytes,
+            "ecn_marked_packets": run.ecn_marked,
+            "cnp_sent": run.cnp_sent,
+            "cnp_handled": run.cnp_handled,
+            "xmit_discards": run.xmit_discards,
+            "lost_on_wire": run.wire_lost,
+            "xmit_wait_ns": int(run.channel_xmit_wait_ns.sum()),
+        },
     )
 
 
@@ -370,12 +339,16 @@ def _channel_counters(run: PacketRun, carried: np.ndarray) -> dict[str, np.ndarr
     }
 
 
-def _job_counters(jobs: list, workload, run: PacketRun) -> None:
+def _job_counters(workload: Workload, run: PacketRun) -> list[dict[str, int]]:
     job_of_flow = np.repeat(workload.transfer_job, np.diff(workload.transfer_flow_offsets))
-    for j, job in enumerate(jobs):
+    counters = []
+    for j in range(len(workload.jobs)):
         mine = job_of_flow == j
-        job.counters = {
-            "retransmitted_packets": int(run.flow_retransmitted[mine].sum()),
-            "retransmitted_bytes": int(run.flow_retransmitted_bytes[mine].sum()),
-            "max_recovery_ns": int(run.flow_recovery_ns[mine].max(initial=0)),
-        }
+        counters.append(
+            {
+                "retransmitted_packets": int(run.flow_retransmitted[mine].sum()),
+                "retransmitted_bytes": int(run.flow_retransmitted_bytes[mine].sum()),
+                "max_recovery_ns": int(run.flow_recovery_ns[mine].max(initial=0)),
+            }
+        )
+    return counters

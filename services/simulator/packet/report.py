@@ -4,19 +4,20 @@ run which can no longer make progress (a PFC deadlock, traffic with no usable pa
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
 from services.simulator.packet import layout as L
+from services.simulator.packet.arrays import EngineArrays
 from services.simulator.packet.config import PacketEngineConfig
 
-if TYPE_CHECKING:
-    from services.simulator.packet.engine import _Arrays
-
 __all__ = ["STALL_NS", "PacketRun", "check_progress", "pause_cycle", "report_pause_deadlock", "run_result"]
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
 
 
 @dataclasses.dataclass
@@ -65,23 +66,44 @@ class PacketRun:
     ecn_marked: int = 0
     xmit_discards: int = 0
     wire_lost: int = 0
-    channel_ecn_marked: np.ndarray | None = None  # int64 [C]
-    channel_xmit_wait_ns: np.ndarray | None = None  # int64 [C]: data queued, no credit (PortXmitWait)
-    channel_xmit_discards: np.ndarray | None = None  # int64 [C]: discarded, link down (PortXmitDiscards)
-    channel_link_downed: np.ndarray | None = None  # int64 [C] (LinkDownedCounter)
-    channel_wire_lost: np.ndarray | None = None  # int64 [C]: on the wire when the link went down
-    channel_peak_ingress: np.ndarray | None = None  # int64 [C]: most bytes held in the next input buffer
-    flow_retransmitted: np.ndarray | None = None  # int64 [F] packets
-    flow_retransmitted_bytes: np.ndarray | None = None  # int64 [F]
-    flow_recovery_ns: np.ndarray | None = None  # int64 [F]: time in Go-Back-N loss recovery
-    flow_cnp_sent: np.ndarray | None = None  # int64 [F]: CNPs its receiver sent
-    flow_cnp_handled: np.ndarray | None = None  # int64 [F]: CNPs its sender acted on
+    # int64 [C]
+    channel_ecn_marked: np.ndarray = dataclasses.field(default_factory=_empty)
+    channel_xmit_wait_ns: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [C]: data queued, no credit (PortXmitWait)
+    channel_xmit_discards: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [C]: discarded, link down (PortXmitDiscards)
+    channel_link_downed: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [C] (LinkDownedCounter)
+    channel_wire_lost: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [C]: on the wire when the link went down
+    channel_peak_ingress: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [C]: most bytes held in the next input buffer
+    # int64 [F] packets
+    flow_retransmitted: np.ndarray = dataclasses.field(default_factory=_empty)
+    # int64 [F]
+    flow_retransmitted_bytes: np.ndarray = dataclasses.field(default_factory=_empty)
+    flow_recovery_ns: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [F]: time in Go-Back-N loss recovery
+    # int64 [F]: CNPs its receiver sent
+    flow_cnp_sent: np.ndarray = dataclasses.field(default_factory=_empty)
+    flow_cnp_handled: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [F]: CNPs its sender acted on
+    flow_dropped: np.ndarray = dataclasses.field(
+        default_factory=_empty
+    )  # int64 [F]: its packets full switch buffers dropped
 
 
 STALL_NS = 1_000_000_000  # no delivery for this long, nothing scheduled to change: the run is stuck
 
 
-def check_progress(a: _Arrays, config: PacketEngineConfig) -> None:
+def check_progress(a: EngineArrays, config: PacketEngineConfig) -> None:
     """Retransmission timers keep a stuck run busy forever (a link down for good, a NIC paused for
     good): stop it once nothing was delivered for STALL_NS after the last scheduled link change."""
     now_ns = int(a.sc[L.SC_NOW]) // 1000
@@ -100,7 +122,7 @@ def check_progress(a: _Arrays, config: PacketEngineConfig) -> None:
         )
 
 
-def pause_cycle(a: _Arrays) -> list[int]:
+def pause_cycle(a: EngineArrays) -> list[int]:
     """Ports c1 -> c2 -> ... -> c1, each PAUSEd by the switch it feeds (no RESUME on its way) while
     more than XON bytes it sent wait there in the queue of the next one, itself paused: none can
     send until another does, whatever timers fire. Empty if there is no such cycle."""
@@ -134,7 +156,7 @@ def pause_cycle(a: _Arrays) -> list[int]:
     return []
 
 
-def report_pause_deadlock(a: _Arrays, snapshot: FabricSnapshot) -> None:
+def report_pause_deadlock(a: EngineArrays, snapshot: FabricSnapshot) -> None:
     """Flows unfinished, ports paused: name the cycle of pauses, or the ports paused for good."""
     cycle = pause_cycle(a)
     paused = np.flatnonzero(a.ch_paused)
@@ -143,7 +165,7 @@ def report_pause_deadlock(a: _Arrays, snapshot: FabricSnapshot) -> None:
     raise FailedPrecondition(f"the run stalled on {what}: {' -> '.join(names)}")
 
 
-def run_result(a: _Arrays, stopped: bool) -> PacketRun:
+def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
     sc = a.sc
     interval_ps = int(a.pr[L.PR_INTERVAL])
     end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
@@ -201,10 +223,11 @@ def run_result(a: _Arrays, stopped: bool) -> PacketRun:
         flow_recovery_ns=_recovery_ns(a),
         flow_cnp_sent=a.fi[:, L.FI_CNP_SENT].copy(),
         flow_cnp_handled=a.fi[:, L.FI_CNP_HANDLED].copy(),
+        flow_dropped=a.fi[:, L.FI_DROPS].copy(),
     )
 
 
-def _counter_series(a: _Arrays, bins: int) -> dict[str, np.ndarray]:
+def _counter_series(a: EngineArrays, bins: int) -> dict[str, np.ndarray]:
     if a.s_ev.shape[2] == 1:
         return {}
     series = a.s_ev[:bins].transpose(1, 0, 2)
@@ -218,7 +241,7 @@ def _counter_series(a: _Arrays, bins: int) -> dict[str, np.ndarray]:
     }
 
 
-def _xmit_wait_ns(a: _Arrays) -> np.ndarray:
+def _xmit_wait_ns(a: EngineArrays) -> np.ndarray:
     # A port still waiting for credit when the run ended waited until then.
     now = int(a.sc[L.SC_NOW])
     waiting = a.cn[:, L.CN_WAIT_SINCE] >= 0
@@ -226,7 +249,7 @@ def _xmit_wait_ns(a: _Arrays) -> np.ndarray:
     return wait // 1000
 
 
-def _recovery_ns(a: _Arrays) -> np.ndarray:
+def _recovery_ns(a: EngineArrays) -> np.ndarray:
     # A recovery still open at the end (a time-limited run) counts until then.
     now = int(a.sc[L.SC_NOW])
     open_ = a.fi[:, L.FI_REC_START] >= 0

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from fabrictwin.v1 import common_pb2 as _common_pb2
+from fabrictwin.v1 import topology_pb2 as _topology_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -222,6 +223,40 @@ REROUTE_MODEL_ROUTING_PROTOCOL: RerouteModel.ValueType  # 2
 REROUTE_MODEL_FAST_RECOVERY: RerouteModel.ValueType  # 3
 """Switch-local fast recovery, microseconds."""
 Global___RerouteModel: _TypeAlias = RerouteModel  # noqa: Y015
+
+class _LinkStatePolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkStatePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkStatePolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_STATE_POLICY_UNSPECIFIED: _LinkStatePolicy.ValueType  # 0
+    """AS_STORED."""
+    LINK_STATE_POLICY_AS_STORED: _LinkStatePolicy.ValueType  # 1
+    """The fabric as it is now: a DEGRADED link loses packets at its bit error rate in PACKET runs (the
+    loss model of a BIT_ERRORS fault, which still overrides it for its link); DOWN links are routed
+    around. The result's model_notes name the links whose state shaped the run.
+    """
+    LINK_STATE_POLICY_ALL_UP: _LinkStatePolicy.ValueType  # 2
+    """A clean fabric: every link UP with no bit errors, routed as if none had failed."""
+    LINK_STATE_POLICY_REPAIRED: _LinkStatePolicy.ValueType  # 3
+    """As stored, except the links of `repaired_links`: UP with no bit errors, routed over again."""
+
+class LinkStatePolicy(_LinkStatePolicy, metaclass=_LinkStatePolicyEnumTypeWrapper):
+    """What a simulation makes of the links' stored states (`Link.state`, `Link.bit_error_rate`)."""
+
+LINK_STATE_POLICY_UNSPECIFIED: LinkStatePolicy.ValueType  # 0
+"""AS_STORED."""
+LINK_STATE_POLICY_AS_STORED: LinkStatePolicy.ValueType  # 1
+"""The fabric as it is now: a DEGRADED link loses packets at its bit error rate in PACKET runs (the
+loss model of a BIT_ERRORS fault, which still overrides it for its link); DOWN links are routed
+around. The result's model_notes name the links whose state shaped the run.
+"""
+LINK_STATE_POLICY_ALL_UP: LinkStatePolicy.ValueType  # 2
+"""A clean fabric: every link UP with no bit errors, routed as if none had failed."""
+LINK_STATE_POLICY_REPAIRED: LinkStatePolicy.ValueType  # 3
+"""As stored, except the links of `repaired_links`: UP with no bit errors, routed over again."""
+Global___LinkStatePolicy: _TypeAlias = LinkStatePolicy  # noqa: Y015
 
 @_typing.final
 class FlowSpec(_message.Message):
@@ -567,6 +602,8 @@ class SimulationSpec(_message.Message):
     TELEMETRY_SOURCE_FIELD_NUMBER: _builtins.int
     TIME_LIMIT_NS_FIELD_NUMBER: _builtins.int
     HEADER_BYTES_FIELD_NUMBER: _builtins.int
+    FABRIC_STATE_FIELD_NUMBER: _builtins.int
+    ROUTING_VERSION_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`; the simulator fetches its snapshot from the topology service."""
     fidelity: Global___Fidelity.ValueType
@@ -599,6 +636,11 @@ class SimulationSpec(_message.Message):
     """PACKET fidelity: wire bytes per packet beyond the payload, 0..4096 (0 = the transport's: RoCEv2
     82, InfiniBand 26). Set it to compare with another simulator's framing (ns-3 point-to-point: 30).
     """
+    routing_version: _builtins.int
+    """Run on the routes of this routing version of the fabric (0: the current ones). The topology
+    service holds the current version and a few before it; an older one is FAILED_PRECONDITION at
+    StartSimulation. The orchestrator pins every simulation of a run to the version it started on.
+    """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
         """Jobs run concurrently (each from its own start_ns)."""
@@ -619,6 +661,12 @@ class SimulationSpec(_message.Message):
     def faults(self) -> _containers.RepeatedCompositeFieldContainer[Global___Fault]:
         """Faults."""
 
+    @_builtins.property
+    def fabric_state(self) -> Global___FabricState:
+        """What the simulation makes of the fabric's link states, and what-if changes to the fabric (a
+        repaired link, another routing engine); default: the fabric as stored.
+        """
+
     def __init__(
         self,
         *,
@@ -638,14 +686,52 @@ class SimulationSpec(_message.Message):
         telemetry_source: _builtins.str = ...,
         time_limit_ns: _builtins.int = ...,
         header_bytes: _builtins.int = ...,
+        fabric_state: Global___FabricState | None = ...,
+        routing_version: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["infiniband", b"infiniband", "load_balancing", b"load_balancing", "roce", b"roce"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fabric_state", b"fabric_state", "infiniband", b"infiniband", "load_balancing", b"load_balancing", "roce", b"roce"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "load_balancing", b"load_balancing", "mtu_bytes", b"mtu_bytes", "roce", b"roce", "sample_interval_ns", b"sample_interval_ns", "seed", b"seed", "switch_latency_ns", b"switch_latency_ns", "telemetry_source", b"telemetry_source", "time_limit_ns", b"time_limit_ns", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "fabric", b"fabric", "fabric_state", b"fabric_state", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "load_balancing", b"load_balancing", "mtu_bytes", b"mtu_bytes", "roce", b"roce", "routing_version", b"routing_version", "sample_interval_ns", b"sample_interval_ns", "seed", b"seed", "switch_latency_ns", b"switch_latency_ns", "telemetry_source", b"telemetry_source", "time_limit_ns", b"time_limit_ns", "transport", b"transport"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SimulationSpec: _TypeAlias = SimulationSpec  # noqa: Y015
+
+@_typing.final
+class FabricState(_message.Message):
+    """The fabric a simulation runs on, relative to the stored one. Nothing here changes the stored fabric."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_STATE_FIELD_NUMBER: _builtins.int
+    REPAIRED_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
+    link_state: Global___LinkStatePolicy.ValueType
+    """How stored link states count (default AS_STORED)."""
+    routing_engine: _topology_pb2.RoutingEngine.ValueType
+    """Route with this engine instead of the fabric's (computed for the run, not stored); UNSPECIFIED:
+    the fabric's own routes. Not FILE.
+    """
+    @_builtins.property
+    def repaired_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """REPAIRED only: the links to treat as repaired, each an index or a display name
+        (`spine-3/p5<->leaf-1/p33`); at most 10,000.
+        """
+
+    def __init__(
+        self,
+        *,
+        link_state: Global___LinkStatePolicy.ValueType = ...,
+        repaired_links: _abc.Iterable[_builtins.str] | None = ...,
+        routing_engine: _topology_pb2.RoutingEngine.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["link_state", b"link_state", "repaired_links", b"repaired_links", "routing_engine", b"routing_engine"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FabricState: _TypeAlias = FabricState  # noqa: Y015
 
 @_typing.final
 class Simulation(_message.Message):
@@ -904,6 +990,7 @@ class FlowResult(_message.Message):
     RECOVERY_NS_FIELD_NUMBER: _builtins.int
     CNP_SENT_FIELD_NUMBER: _builtins.int
     CNP_HANDLED_FIELD_NUMBER: _builtins.int
+    DROPPED_PACKETS_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     """Job label."""
     source: _builtins.str
@@ -930,6 +1017,11 @@ class FlowResult(_message.Message):
     """DCQCN: CNPs its receiver sent (np_cnp_sent)."""
     cnp_handled: _builtins.int
     """DCQCN: CNPs its sender acted on (rp_cnp_handled)."""
+    dropped_packets: _builtins.int
+    """Packets of this flow that full switch buffers dropped (PFC headroom overflow included; not
+    bit errors or discards at a down link). PACKET fidelity only: FLOW fidelity models no buffers
+    and reports 0.
+    """
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Links crossed (ECMP), or empty when spread over many paths."""
@@ -950,10 +1042,11 @@ class FlowResult(_message.Message):
         recovery_ns: _builtins.int = ...,
         cnp_sent: _builtins.int = ...,
         cnp_handled: _builtins.int = ...,
+        dropped_packets: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cnp_handled", b"cnp_handled", "cnp_sent", b"cnp_sent", "destination", b"destination", "finish_ns", b"finish_ns", "job", b"job", "links", b"links", "recovery_ns", b"recovery_ns", "retransmitted_bytes", b"retransmitted_bytes", "retransmitted_packets", b"retransmitted_packets", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns", "udp_source_port", b"udp_source_port"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cnp_handled", b"cnp_handled", "cnp_sent", b"cnp_sent", "destination", b"destination", "dropped_packets", b"dropped_packets", "finish_ns", b"finish_ns", "job", b"job", "links", b"links", "recovery_ns", b"recovery_ns", "retransmitted_bytes", b"retransmitted_bytes", "retransmitted_packets", b"retransmitted_packets", "size_bytes", b"size_bytes", "source", b"source", "start_ns", b"start_ns", "udp_source_port", b"udp_source_port"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -971,6 +1064,7 @@ class UtilisationSkew(_message.Message):
     COEFFICIENT_OF_VARIATION_FIELD_NUMBER: _builtins.int
     SHARE_HOT_FIELD_NUMBER: _builtins.int
     SHARE_IDLE_FIELD_NUMBER: _builtins.int
+    SHARE_COLD_FIELD_NUMBER: _builtins.int
     group: _builtins.str
     """Which links ("tier2" = leaf-spine)."""
     links: _builtins.int
@@ -982,7 +1076,11 @@ class UtilisationSkew(_message.Message):
     share_hot: _builtins.float
     """Share of links above 80% utilisation."""
     share_idle: _builtins.float
-    """Share of links below 20% utilisation."""
+    """Share of links that carried no traffic at all over the run."""
+    share_cold: _builtins.float
+    """Share of links below 20% mean utilisation over the run, the idle ones included (before
+    share_cold existed, share_idle held this share).
+    """
     def __init__(
         self,
         *,
@@ -992,10 +1090,11 @@ class UtilisationSkew(_message.Message):
         coefficient_of_variation: _builtins.float = ...,
         share_hot: _builtins.float = ...,
         share_idle: _builtins.float = ...,
+        share_cold: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "group", b"group", "links", b"links", "max_over_mean", b"max_over_mean", "share_hot", b"share_hot", "share_idle", b"share_idle"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "group", b"group", "links", b"links", "max_over_mean", b"max_over_mean", "share_cold", b"share_cold", "share_hot", b"share_hot", "share_idle", b"share_idle"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1207,19 +1306,29 @@ class ListSimulationsRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum per page (default 50)."""
     page_token: _builtins.str
     """Token from a previous page."""
+    filter: _builtins.str
+    """AIP-160 filter over the listed resources' fields, e.g. `state = SUCCEEDED AND create_time >
+    "2026-11-30T00:00:00Z"`, `labels.site = "a"`, `display_name : "pod"` (docs: services/common/listing.py).
+    """
+    order_by: _builtins.str
+    """AIP-132 order, e.g. `create_time desc, display_name` (default: the service's own order)."""
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

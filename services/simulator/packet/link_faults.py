@@ -1,7 +1,7 @@
 """LINK_DOWN faults as the packet engine runs them: link events and routing epochs.
 
 A LINK_DOWN fault takes its link down at `start_ns` and, if `end_ns` is set, back up then. Each
-change is followed, after the fault's routing-reaction delay (services.simulator.transport), by a
+change is followed, after the fault's routing-reaction delay (packet/transport.py), by a
 routing epoch: from then on switches forward by the routes the fabric's routing engine computes
 with the links down at the time of the change (a what-if snapshot from the topology service, with
 its measured recompute time). Until the epoch, packets routed to a down link are discarded
@@ -22,11 +22,11 @@ from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import FaultKind, RerouteModel, resolve_link
 from services.simulator.packet.config import LinkEvent, RoutingEpoch
+from services.simulator.packet.transport import reroute_delay_ns
 from services.simulator.paths import route_workload
 from services.simulator.pinning import pinned_flows_by_link
 from services.simulator.placement import HostDirectory
 from services.simulator.spec import SimulationSpec
-from services.simulator.transport import reroute_delay_ns
 from services.simulator.workload import Workload
 
 __all__ = ["WhatIf", "check_routes_survive", "down_sets", "link_fault_plan"]

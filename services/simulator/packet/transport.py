@@ -34,6 +34,8 @@ BFD): `ROUTING_PROTOCOL_DELAY_NS`; FAST_RECOVERY (switch-local, SHIELD-like):
 
 from __future__ import annotations
 
+from typing import Any
+
 from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.faults import RerouteModel
@@ -58,7 +60,7 @@ FAST_RECOVERY_DELAY_NS = 10_000
 DEFAULT_PFC_XOFF_BYTES = 64 * 1024
 
 
-def pfc_thresholds(spec: SimulationSpec, snapshot: FabricSnapshot) -> dict[str, int | bool]:
+def pfc_thresholds(spec: SimulationSpec, snapshot: FabricSnapshot) -> dict[str, Any]:
     """PFC's XOFF, XON and headroom for the run (PacketEngineConfig fields; empty when PFC is off),
     each zero replaced by its default; InvalidArgument when they do not fit the port buffer.
 

@@ -1,0 +1,90 @@
+"""The FLOW engine behind the `Engine` seam: route the workload by its mode, run the max-min fair
+loop (model.py) on the flows' wire bytes (payload plus one header per packet), turn its record of
+channel loads into series and totals, hand them to the shared assembler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from services.simulator.assemble import EngineRun, assemble_outcome
+from services.simulator.bounds import run_time_limit_ns
+from services.simulator.engine import Progress, RunFabric
+from services.simulator.flow.model import simulate_flows
+from services.simulator.flow.notes import flow_model_notes
+from services.simulator.ideal import job_ideals
+from services.simulator.paths import route_workload
+from services.simulator.results import SimulationOutcome, channel_totals
+from services.simulator.series import channel_series, default_sample_interval_ns
+from services.simulator.spec import SimulationSpec, wire_overhead_bytes
+from services.simulator.workload import Workload, wire_bytes
+
+__all__ = ["FlowEngine"]
+
+
+class FlowEngine:
+    """Fluid flows, max-min fair at every event (services.simulator.flow.model)."""
+
+    def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
+        """Nothing beyond the checks every engine shares (checks.py): the FLOW model takes any
+        spec they accept."""
+
+    def simulate(
+        self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None
+    ) -> SimulationOutcome:
+        started = time.perf_counter()
+        snapshot = fabric.snapshot
+        assert spec.load_balancing is not None
+        routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
+        # Every packet carries its header on the wire: flows move wire bytes at the link rate, so
+        # links count wire bytes (as at PACKET fidelity) and busbw stays below the payload rate.
+        header = wire_overhead_bytes(spec)
+        on_the_wire = dataclasses.replace(
+            workload, flow_size_bytes=wire_bytes(workload.flow_size_bytes, spec.mtu_bytes, header)
+        )
+        run = simulate_flows(
+            on_the_wire, flow_route, routes, snapshot.channel_rate_bps(), run_time_limit_ns(spec), progress
+        )
+        interval = spec.sample_interval_ns or default_sample_interval_ns(run.end_ns)
+        route_count = len(routes.latency_ns)
+        route_of_entry = np.repeat(np.arange(route_count), np.diff(routes.offsets))
+        flows_per_route = np.bincount(flow_route, minlength=route_count)
+        crossing = np.bincount(
+            routes.channels, weights=flows_per_route[route_of_entry], minlength=snapshot.num_channels
+        )
+        exact_bytes = None
+        if not run.time_limited:  # every flow finished: each channel carried exactly its flows' bytes
+            bytes_per_route = np.bincount(
+                flow_route, weights=on_the_wire.flow_size_bytes, minlength=route_count
+            )
+            exact_bytes = np.bincount(
+                routes.channels,
+                weights=routes.fractions * bytes_per_route[route_of_entry],
+                minlength=snapshot.num_channels,
+            )
+        series = channel_series(
+            run.record_time_ns,
+            run.record_channel,
+            run.record_load_bps,
+            snapshot.channel_rate_bps(),
+            run.end_ns,
+            interval,
+            exact_bytes,
+        )
+        measured = EngineRun(
+            routes=routes,
+            flow_route=flow_route,
+            flow_start_ns=run.flow_start_ns,
+            flow_finish_ns=run.flow_finish_ns,
+            end_ns=run.end_ns,
+            events=run.events,
+            time_limited=run.time_limited,
+            series=series,
+            totals=channel_totals(snapshot, series, crossing, run.end_ns),
+            ideals=job_ideals(on_the_wire, routes.latency_ns[flow_route], snapshot),
+            notes=flow_model_notes(spec),
+        )
+        return assemble_outcome(spec, snapshot, workload, measured, started)

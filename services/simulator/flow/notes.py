@@ -1,0 +1,41 @@
+"""What the FLOW model does and does not model for a spec, in words a reader can check."""
+
+from __future__ import annotations
+
+from services.simulator.modes import mode_of
+from services.simulator.pinning import flow_option_notes
+from services.simulator.spec import Algorithm, SimulationSpec, Transport, wire_overhead_bytes
+
+__all__ = ["flow_model_notes"]
+
+
+def flow_model_notes(spec: SimulationSpec) -> list[str]:
+    """The FLOW engine's notes for `spec` (validated), its load-balancing mode's among them."""
+    lb = spec.load_balancing
+    assert lb is not None and lb.mode is not None
+    overhead = (
+        "wire overhead (header_bytes)" if spec.header_bytes else f"{spec.transport.value} wire overhead"
+    )
+    notes = [
+        "FLOW fidelity: max-min fair sharing of link bandwidth, recomputed at every flow start and "
+        "end; no queues, drops, PFC or retransmissions.",
+        f"Each packet of up to {spec.mtu_bytes} payload bytes carries {wire_overhead_bytes(spec)} bytes of "
+        f"{overhead}: "
+        "flows move wire bytes at the link rate, links count wire bytes, and so does the ideal "
+        "completion.",
+        "Collective steps wait per rank, not at a global barrier: a chunk is sent once the data it "
+        "needs has arrived and the rank's previous send on the connection has left.",
+    ]
+    notes += mode_of(lb).flow_notes(lb)
+    if any(job.iterations > 1 for job in spec.jobs):
+        notes.append("With several iterations, completion_ns covers all of them; algbw/busbw use the mean.")
+    if spec.transport == Transport.INFINIBAND:
+        notes.append("InfiniBand transport: credits and VLs do not change FLOW results.")
+    notes += flow_option_notes(spec)
+    if any(job.algorithm == Algorithm.SHARP for job in spec.jobs):
+        notes.append(
+            "SHARP at FLOW fidelity: one aggregation tree per job; each switch reduces a chunk once it has "
+            "arrived from all its children and forwards it whole (SHARP hardware streams packets); SHARP "
+            "hops stay on the tree's links whatever the load-balancing mode."
+        )
+    return notes

@@ -1,0 +1,53 @@
+"""SPRAY: per packet, round-robin over each (switch, destination) group of equal-cost outputs, or
+with `spray_random` a seeded uniform choice (ns-3's RandomEcmpRouting); the receiving NIC reorders.
+
+At FLOW fidelity: the fluid limit, an even split over each equal-cost group, with no reorder
+buffer (its peak is reported as 0), as its notes say.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.common.snapshot import FabricSnapshot
+from services.simulator.modes.adaptive import even_split_note
+from services.simulator.modes.base import endpoint_columns
+from services.simulator.routes import FlowRoutes, split_flows_evenly
+from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
+from services.simulator.workload import Workload
+
+__all__ = ["Spray"]
+
+
+class Spray:
+    mode = LoadBalancingMode.SPRAY
+    fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
+    own_fields: tuple[str, ...] = ("spray_random",)
+
+    def validate(self, spec: SimulationSpec) -> None:
+        """Nothing beyond the shared checks."""
+
+    def route_key_columns(self, lb: LoadBalancingSpec, workload: Workload) -> list[np.ndarray]:
+        return endpoint_columns(workload)
+
+    def flow_routes(
+        self, lb: LoadBalancingSpec, snapshot: FabricSnapshot, keys: np.ndarray, switch_latency_ns: int
+    ) -> FlowRoutes:
+        return split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
+
+    def flow_notes(self, lb: LoadBalancingSpec) -> list[str]:
+        return [
+            even_split_note(self.mode),
+            "SPRAY at FLOW fidelity: the NIC reorder buffer is not modelled (peak reported as 0).",
+        ]
+
+    def packet_notes(self, lb: LoadBalancingSpec) -> list[str]:
+        how = (
+            "a seeded uniform choice among equal-cost outputs"
+            if lb.spray_random
+            else "round-robin over each (switch, destination) group of equal-cost outputs"
+        )
+        return [f"SPRAY: per packet, {how}; the receiving NIC reorders."]
+
+    def packet_code(self, lb: LoadBalancingSpec) -> int:
+        return 5 if lb.spray_random else 3

@@ -1,0 +1,52 @@
+"""A port puts a packet on its wire; a packet slot goes back to the pool."""
+
+from __future__ import annotations
+
+from services.simulator.packet.credits import leave_input_buffer
+from services.simulator.packet.heap import schedule
+from services.simulator.packet.kernel import kernel_inline
+from services.simulator.packet.layout import (
+    CN_CREDITS,
+    EV_ARRIVE,
+    EV_TX_DONE,
+    PR_CREDITS,
+    SC_FREE,
+    SC_FREE_COUNT,
+    SC_LIVE,
+)
+from services.simulator.packet.recording import record_tx
+
+__all__ = ["free_packet", "start_tx"]
+
+
+@kernel_inline
+def start_tx(run, heap, ch, series, pk, c, p, now):
+    """Channel c starts serialising packet p; it arrives at the far end a link delay after.
+
+    A switch port needs an EV_TX_DONE only when packets wait behind this one (the caller schedules
+    it); a NIC port always does, to pull its next packet. This halves the events of an uncongested hop.
+    """
+    wire = pk.wire[p]
+    duration = int(wire * ch.ps_per_byte[c] + 0.5)
+    ch.free_at[c] = now + duration
+    pk.ch[p] = c
+    ch.tx_bytes[c] += wire
+    ch.tx_packets[c] += 1
+    record_tx(series, run.pr, c, now, duration, wire)
+    if ch.from_host[c]:
+        ch.busy[c] = 1
+        schedule(heap, run.sc, now + duration, EV_TX_DONE, c)
+    if run.pr[PR_CREDITS] == 1:
+        ch.cn[c, CN_CREDITS] -= wire
+        leave_input_buffer(run, heap, ch, pk, p, now)
+    schedule(heap, run.sc, now + duration + ch.delay_ps[c], EV_ARRIVE, p)
+
+
+@kernel_inline
+def free_packet(run, pk, p):
+    """Packet slot p goes back to the free list."""
+    sc = run.sc
+    pk.next[p] = sc[SC_FREE]
+    sc[SC_FREE] = p
+    sc[SC_FREE_COUNT] += 1
+    sc[SC_LIVE] -= 1
