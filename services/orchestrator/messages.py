@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2
+from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2, topology_pb2
 from google.protobuf import descriptor, timestamp_pb2
 
 from services.common.errors import InvalidArgument
@@ -46,7 +46,9 @@ __all__ = [
     "scenario_to_proto",
     "simulation_status",
     "state_number",
+    "validate_fabric_state",
     "validate_scenario",
+    "what_if_scenario",
     "window_from_proto",
 ]
 
@@ -67,7 +69,18 @@ _MODE_NAMES = {
 }
 
 # Scenario fields the domain model holds itself; every other field travels in `Scenario.simulation`.
-_SCENARIO_OWN = ("name", "display_name", "fabric", "modes", "sweeps", "store_telemetry", "create_time")
+_SCENARIO_OWN = (
+    "name",
+    "display_name",
+    "fabric",
+    "modes",
+    "sweeps",
+    "store_telemetry",
+    "create_time",
+    "variants",
+)
+_MAX_LABEL = 128  # characters of a mode or variant label, as the simulator's
+_MAX_REPAIRS = 10_000  # links one variant repairs (FabricState.repaired_links)
 
 
 def mode_label(lb: common_pb2.LoadBalancing) -> str:
@@ -122,12 +135,66 @@ def validate_scenario(scenario: scenario_pb2.Scenario, field: str = "scenario") 
                 f"{field}.modes[{i}].label", f"{label!r} is used twice; give each mode a distinct label"
             )
         seen.add(label)
+    labels: set[str] = set()
+    for i, variant in enumerate(scenario.variants):
+        where = f"{field}.variants[{i}]"
+        if not variant.label:
+            raise InvalidArgument(
+                f"{where}.label", "required (what the variant changes, e.g. `repair leaf-3/p17`)"
+            )
+        if len(variant.label) > _MAX_LABEL:
+            raise InvalidArgument(
+                f"{where}.label", f"at most {_MAX_LABEL} characters, got {len(variant.label)}"
+            )
+        if variant.label in labels:
+            raise InvalidArgument(f"{where}.label", f"{variant.label!r} is used twice")
+        labels.add(variant.label)
+        if variant.HasField("load_balancing") and variant.load_balancing.mode == (
+            common_pb2.LOAD_BALANCING_MODE_UNSPECIFIED
+        ):
+            raise InvalidArgument(f"{where}.load_balancing.mode", "required when load_balancing is given")
+        validate_fabric_state(variant.fabric_state, f"{where}.fabric_state")
     for i, sweep in enumerate(scenario.sweeps):
         if not sweep.values:
             raise InvalidArgument(f"{field}.sweeps[{i}].values", "at least one value is required")
         probe = simulation_pb2.SimulationSpec(jobs=list(scenario.jobs))
         for value in sweep.values:
             _set_path(probe, sweep.parameter, value, f"{field}.sweeps[{i}]")
+
+
+def validate_fabric_state(state: simulation_pb2.FabricState, field: str) -> None:
+    """What a FabricState can be judged on without the fabric (the simulator checks the links)."""
+    policy = state.link_state
+    if policy not in simulation_pb2.LinkStatePolicy.values():
+        raise InvalidArgument(f"{field}.link_state", f"unknown link state policy {policy}")
+    if state.repaired_links and policy != simulation_pb2.LINK_STATE_POLICY_REPAIRED:
+        raise InvalidArgument(f"{field}.repaired_links", "only with link_state LINK_STATE_POLICY_REPAIRED")
+    if policy == simulation_pb2.LINK_STATE_POLICY_REPAIRED and not state.repaired_links:
+        raise InvalidArgument(f"{field}.repaired_links", "name at least one link to repair")
+    if len(state.repaired_links) > _MAX_REPAIRS:
+        raise InvalidArgument(f"{field}.repaired_links", f"at most {_MAX_REPAIRS:,} links")
+    for i, link in enumerate(state.repaired_links):
+        if not link or len(link) > 1024:
+            raise InvalidArgument(f"{field}.repaired_links[{i}]", "a link index or display name")
+    if state.routing_engine == topology_pb2.ROUTING_ENGINE_FILE:
+        raise InvalidArgument(f"{field}.routing_engine", "a what-if cannot route by a dump (FILE)")
+    if state.routing_engine not in topology_pb2.RoutingEngine.values():
+        raise InvalidArgument(f"{field}.routing_engine", f"unknown routing engine {state.routing_engine}")
+
+
+def _variant(variant: scenario_pb2.Variant) -> Mode:
+    """A variant as given: no load balancing (empty) means the scenario's first mode's (model.py)."""
+    lb = (
+        variant.load_balancing.SerializeToString(deterministic=True)
+        if variant.HasField("load_balancing")
+        else b""
+    )
+    state = (
+        variant.fabric_state.SerializeToString(deterministic=True)
+        if variant.HasField("fabric_state")
+        else b""
+    )
+    return Mode(variant.label, Opaque(lb), Opaque(state))
 
 
 def scenario_from_proto(message: scenario_pb2.Scenario) -> Scenario:
@@ -145,6 +212,7 @@ def scenario_from_proto(message: scenario_pb2.Scenario) -> Scenario:
         ),
         sweeps=tuple(Sweep(s.parameter, tuple(s.values)) for s in message.sweeps),
         store_telemetry=message.store_telemetry,
+        variants=tuple(_variant(v) for v in message.variants),
         simulation=Opaque(rest.SerializeToString(deterministic=True)),
         create_time=_time(message.create_time, message.HasField("create_time")),
     )
@@ -160,6 +228,12 @@ def scenario_to_proto(scenario: Scenario) -> scenario_pb2.Scenario:
     )
     message.sweeps.extend(scenario_pb2.Sweep(parameter=s.parameter, values=s.values) for s in scenario.sweeps)
     message.store_telemetry = scenario.store_telemetry
+    for variant in scenario.variants:
+        added = message.variants.add(label=variant.label)
+        if variant.fabric_state.encoded:
+            added.fabric_state.MergeFromString(variant.fabric_state.encoded)
+        if variant.load_balancing.encoded:
+            added.load_balancing.MergeFromString(variant.load_balancing.encoded)
     if scenario.create_time is not None:
         message.create_time.FromDatetime(scenario.create_time)
     return message
@@ -181,7 +255,9 @@ def build_spec(request: SimulationRequest) -> simulation_pb2.SimulationSpec:
         switch_latency_ns=settings.switch_latency_ns,
         header_bytes=settings.header_bytes,
         telemetry_source=request.telemetry_source,
+        routing_version=request.routing_version,
     )
+    spec.fabric_state.MergeFromString(request.point.mode.fabric_state.encoded)
     if settings.HasField("roce"):
         spec.roce.CopyFrom(settings.roce)
     if settings.HasField("infiniband"):
@@ -305,6 +381,7 @@ def result_to_proto(result: ModeResult) -> scenario_pb2.ModeResult:
         routing_version=result.routing_version,
     )
     message.load_balancing.MergeFromString(result.load_balancing.encoded)
+    message.fabric_state.MergeFromString(result.fabric_state.encoded)
     if result.outcome is not None:
         outcome = result.outcome
         message.makespan_ns = outcome.makespan_ns
@@ -347,6 +424,11 @@ def result_from_proto(message: scenario_pb2.ModeResult) -> ModeResult:
         state=state,
         simulation=message.simulation,
         routing_version=message.routing_version,
+        fabric_state=Opaque(
+            message.fabric_state.SerializeToString(deterministic=True)
+            if message.HasField("fabric_state")
+            else b""
+        ),
         telemetry_source=message.telemetry_source,
         outcome=outcome,
         error=_error(message.error) if message.HasField("error") else None,
@@ -430,3 +512,74 @@ def finding_to_proto(finding: Finding) -> scenario_pb2.Finding:
             common_pb2.TimeRange(start_ns=finding.window.start_ns, end_ns=finding.window.end_ns)
         )
     return message
+
+
+# What-if ------------------------------------------------------------------------------------------
+
+AS_IS = "as-is"
+
+
+def what_if_scenario(request: scenario_pb2.RunWhatIfRequest) -> scenario_pb2.Scenario:
+    """The scenario of a RunWhatIf request: `as-is`, one variant per change, and all the changes
+    together when there are several (each change applied to the as-is fabric and mode)."""
+    base = request.scenario
+    if base.variants:
+        raise InvalidArgument("scenario.variants", "leave empty: RunWhatIf builds them from the changes")
+    if not base.modes:
+        raise InvalidArgument(
+            "scenario.modes", "give the load balancing of the fabric as it is now (modes[0])"
+        )
+    changes: list[tuple[str, common_pb2.LoadBalancing | None, simulation_pb2.FabricState]] = []
+    repaired: list[str] = []
+    for i, link in enumerate(request.repair_links):
+        if not link or len(link) > 1024:
+            raise InvalidArgument(f"repair_links[{i}]", "a link index or display name")
+        if link in repaired:
+            raise InvalidArgument(f"repair_links[{i}]", f"{link!r} is named twice")
+        repaired.append(link)
+        state = simulation_pb2.FabricState(
+            link_state=simulation_pb2.LINK_STATE_POLICY_REPAIRED, repaired_links=[link]
+        )
+        changes.append((f"repair {link}"[:_MAX_LABEL], None, state))
+    engines: list[int] = []
+    for i, engine in enumerate(request.routing_engines):
+        if engine == topology_pb2.ROUTING_ENGINE_UNSPECIFIED or engine in engines:
+            raise InvalidArgument(f"routing_engines[{i}]", "a routing engine, each once")
+        engines.append(engine)
+        name = topology_pb2.RoutingEngine.Name(engine).removeprefix("ROUTING_ENGINE_").lower()
+        changes.append((f"routing {name}", None, simulation_pb2.FabricState(routing_engine=engine)))
+    for i, lb in enumerate(request.modes):
+        if lb.mode == common_pb2.LOAD_BALANCING_MODE_UNSPECIFIED:
+            raise InvalidArgument(f"modes[{i}].mode", "required")
+        changes.append((mode_label(lb), lb, simulation_pb2.FabricState()))
+    if request.all_clean:
+        state = simulation_pb2.FabricState(link_state=simulation_pb2.LINK_STATE_POLICY_ALL_UP)
+        changes.append(("all links clean", None, state))
+    if not changes:
+        raise InvalidArgument("repair_links", "name at least one change (a repair, a routing engine, a mode)")
+    scenario = scenario_pb2.Scenario()
+    scenario.CopyFrom(base)
+    scenario.variants.add(label=AS_IS)
+    for label, changed_lb, state in changes:
+        variant = scenario.variants.add(label=label, fabric_state=state)
+        if changed_lb is not None:
+            variant.load_balancing.CopyFrom(changed_lb)
+    if len(changes) > 1:
+        together = scenario.variants.add(label="all changes")
+        combined = simulation_pb2.FabricState()
+        if request.all_clean:
+            combined.link_state = simulation_pb2.LINK_STATE_POLICY_ALL_UP
+        elif repaired:
+            combined.link_state = simulation_pb2.LINK_STATE_POLICY_REPAIRED
+            combined.repaired_links.extend(repaired)
+        if engines:
+            if len(engines) > 1:
+                raise InvalidArgument("routing_engines", "all changes together take one routing engine")
+            combined.routing_engine = engines[0]  # type: ignore[assignment]
+        together.fabric_state.CopyFrom(combined)
+        if request.modes:
+            if len(request.modes) > 1:
+                raise InvalidArgument("modes", "all changes together take one load-balancing mode")
+            together.load_balancing.CopyFrom(request.modes[0])
+    validate_scenario(scenario)
+    return scenario

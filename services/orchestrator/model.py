@@ -79,10 +79,13 @@ class Sweep:
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-    """A load-balancing mode to compare: its label (its own, else the mode's name) and its settings."""
+    """What one simulation of a point runs: a load-balancing mode to compare (its label, its own or
+    the mode's name, and its settings), or a what-if variant (a label, a load balancing and the
+    fabric it runs on: repaired links, another routing engine)."""
 
     label: str
     load_balancing: Opaque
+    fabric_state: Opaque = Opaque()  # the simulator's FabricState; empty: the fabric as stored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +100,19 @@ class Scenario:
     display_name: str = ""
     store_telemetry: bool = False
     create_time: dt.datetime | None = None
+    variants: tuple[Mode, ...] = ()  # what-if variants: when given, a run simulates these, not `modes`
+
+    @property
+    def simulated(self) -> tuple[Mode, ...]:
+        """What each sweep point of a run simulates: the variants if any (one without load balancing
+        of its own takes the first mode's), else the modes."""
+        if not self.variants:
+            return self.modes
+        first = self.modes[0].load_balancing if self.modes else Opaque()
+        return tuple(
+            v if v.load_balancing.encoded else dataclasses.replace(v, load_balancing=first)
+            for v in self.variants
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +136,7 @@ class SimulationRequest:
     scenario: Scenario
     point: PlannedSimulation
     telemetry_source: str = ""  # a source id, created by the run before the simulation starts
+    routing_version: int = 0  # the routes it must run on (the run's pinned version); 0: current
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +202,7 @@ class ModeResult:
     state: JobState = JobState.PENDING
     simulation: str = ""
     routing_version: int = 0  # the routes it ran on: the run's pinned version
+    fabric_state: Opaque = Opaque()  # a variant's fabric (repairs, routing engine); empty: as stored
     telemetry_source: str = ""
     outcome: Outcome | None = None
     error: Error | None = None

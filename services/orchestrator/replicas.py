@@ -304,16 +304,19 @@ class GrpcSimulators:
             raise domain_error(exc, "simulator") from exc
 
     async def cancel(self, name: str) -> None:
-        """Cancel a simulation on the replica running it (a run that will not use its result)."""
+        """Cancel a simulation on the replica running it (a run that will not use its result). When no
+        replica is known to run it (its StartSimulation was cut short, a cancelled run's last starts),
+        every replica is asked; the ones that never heard of it answer NOT_FOUND, which is fine."""
         address = self._owner.pop(name, None)
-        if address is None:
-            return
-        try:
-            await self._stubs[address].CancelSimulation(
-                simulation_pb2.CancelSimulationRequest(name=name), timeout=30, metadata=self.metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise domain_error(exc, "simulator") from exc
+        addresses = [address] if address is not None else list(self._stubs)
+        request = simulation_pb2.CancelSimulationRequest(name=name)
+        for target in addresses:
+            try:
+                await self._stubs[target].CancelSimulation(request, timeout=30, metadata=self.metadata)
+            except grpc.aio.AioRpcError as exc:
+                if address is None and exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
+                    continue
+                raise domain_error(exc, "simulator") from exc
 
     async def close(self) -> None:
         """Stop the health probes and close every channel."""

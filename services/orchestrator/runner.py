@@ -136,7 +136,9 @@ class _Execution:
                     )
                 )
                 self.update(position, telemetry_source=f"sources/{source_id}")
-            request = SimulationRequest(simulation_id, self.run.scenario, point, source_id)
+            request = SimulationRequest(
+                simulation_id, self.run.scenario, point, source_id, self.run.routing_version
+            )
             status = await self._with_reruns(position, request)
             self.update(
                 position,
@@ -202,7 +204,10 @@ async def execute_run(
     """
     run.state = JobState.RUNNING
     run.stage = "simulating"
-    run.results = [ModeResult(p.label, p.mode.load_balancing, dict(p.sweep_point)) for p in planned]
+    run.results = [
+        ModeResult(p.label, p.mode.load_balancing, dict(p.sweep_point), fabric_state=p.mode.fabric_state)
+        for p in planned
+    ]
     await record.run_changed(run)
 
     execution = _Execution(run, planned, simulators, telemetry, record, reruns)
@@ -212,7 +217,11 @@ async def execute_run(
         async with gate:
             await execution.simulate(position)
 
-    await asyncio.gather(*(gated(i) for i in range(len(planned))))
+    try:
+        await asyncio.gather(*(gated(i) for i in range(len(planned))))
+    except asyncio.CancelledError:  # CancelRun, or the orchestrator stopping
+        await _cancelled(execution)
+        raise
     failed = [r for r in run.results if r.state is not JobState.SUCCEEDED]
     if failed:
         # No silent partial result: one failed mode fails the run; each mode keeps its own state
@@ -231,3 +240,22 @@ async def execute_run(
     await record.run_changed(run)
     log.info("run finished", extra={"run": run.name, "state": run.state.value})
     return run
+
+
+async def _cancelled(execution: _Execution) -> None:
+    """End a cancelled run: its unfinished simulations cancelled on their simulators (best effort),
+    their results and the run CANCELLED, finished results kept; saved before the task ends."""
+    run = execution.run
+    for position, result in enumerate(run.results):
+        if result.state.terminal:
+            continue
+        # By the name the run chose: a simulation whose StartSimulation was in flight is cancelled too.
+        with contextlib.suppress(FabricTwinError):
+            await execution.simulators.cancel(f"simulations/{execution.ids[position]}")
+        execution.update(position, state=JobState.CANCELLED)
+    run.state = JobState.CANCELLED
+    run.stage = "cancelled"
+    run.error = Error(status_code_number("CANCELLED"), "the run was cancelled (CancelRun)")
+    run.end_time = dt.datetime.now(dt.UTC)
+    await execution.record.run_changed(run)
+    log.info("run cancelled", extra={"run": run.name})

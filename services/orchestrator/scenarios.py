@@ -36,7 +36,7 @@ def simulation_count(scenario: Scenario) -> int:
     >>> simulation_count(Scenario("scenarios/s", "fabrics/f", modes, Opaque(), sweeps=(seeds,)))
     6
     """
-    return math.prod(len(sweep.values) for sweep in scenario.sweeps) * len(scenario.modes)
+    return math.prod(len(sweep.values) for sweep in scenario.sweeps) * len(scenario.simulated)
 
 
 def check_run_size(scenario: Scenario, max_simulations: int, field: str = "scenario") -> None:
@@ -47,11 +47,12 @@ def check_run_size(scenario: Scenario, max_simulations: int, field: str = "scena
     if count <= max_simulations:
         return
     points = " x ".join(f"{len(sweep.values):,}" for sweep in scenario.sweeps) or "1"
-    modes = len(scenario.modes)
+    modes = len(scenario.simulated)
+    what = "variant" if scenario.variants else "mode"
     raise ResourceExhausted(
         f"{field}.sweeps: a run would start {count:,} simulations ({points} sweep point"
         f"{'s' if count != modes else ''} x {modes} "
-        f"mode{'s' if modes != 1 else ''}), above this orchestrator's limit of {max_simulations:,} "
+        f"{what}{'s' if modes != 1 else ''}), above this orchestrator's limit of {max_simulations:,} "
         "simulations per run (--max-simulations-per-run); sweep fewer values or split the scenario"
     )
 
@@ -67,6 +68,6 @@ def expand(
     axes = [[(sweep.parameter, value) for value in sweep.values] for sweep in scenario.sweeps]
     planned: list[PlannedSimulation] = []
     for point in itertools.product(*axes):
-        for mode in scenario.modes:
+        for mode in scenario.simulated:
             planned.append(PlannedSimulation(len(planned), mode, dict(point)))
     return planned

@@ -14,6 +14,7 @@ import grpc
 from fabrictwin.v1 import scenario_pb2, scenario_pb2_grpc
 
 from services.common.errors import InvalidArgument, status_code_number
+from services.common.listing import MAX_FILTERED, Listing, filtered_page
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -31,9 +32,10 @@ from services.orchestrator.messages import (
     scenario_from_proto,
     scenario_to_proto,
     validate_scenario,
+    what_if_scenario,
     window_from_proto,
 )
-from services.orchestrator.model import Error, JobState, Run
+from services.orchestrator.model import Error, JobState, Run, Scenario
 from services.orchestrator.runner import execute_run
 from services.orchestrator.scenarios import DEFAULT_MAX_SIMULATIONS_PER_RUN, check_run_size, expand
 from services.orchestrator.store import ScenarioStore
@@ -41,6 +43,7 @@ from services.orchestrator.store import ScenarioStore
 __all__ = ["ScenarioServicer"]
 
 _Context = grpc.aio.ServicerContext[object, object]
+_CANCEL_WAIT_SECONDS = 30.0  # CancelRun waits this long for the run's simulations to be cancelled
 
 _UPDATABLE = {
     "display_name",
@@ -59,6 +62,7 @@ _UPDATABLE = {
     "buffer_bytes",
     "switch_latency_ns",
     "header_bytes",
+    "variants",
 }
 
 
@@ -99,6 +103,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         self.telemetry = telemetry
         self._changed = asyncio.Condition()
         self._tasks: set[asyncio.Task[Run]] = set()
+        self._running: dict[str, asyncio.Task[Run]] = {}  # run name -> its task, while it runs
 
     async def recover(self) -> None:
         """Runs a previous process left unfinished cannot be resumed: mark them FAILED, say why."""
@@ -135,6 +140,12 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
     ) -> scenario_pb2.ListScenariosResponse:
         size = page_size(request.page_size)
         offset = decode_page_token(request.page_token)
+        listing = Listing.of(scenario_pb2.Scenario.DESCRIPTOR, request.filter, request.order_by)
+        if listing.active:
+            everything = await asyncio.to_thread(self.store.list_scenarios, 0, MAX_FILTERED + 1)
+            scenarios = map(scenario_to_proto, everything)
+            chosen, token = filtered_page(scenarios, listing, "scenarios", request.page_token, size)
+            return scenario_pb2.ListScenariosResponse(scenarios=chosen, next_page_token=token)
         found = await asyncio.to_thread(self.store.list_scenarios, offset, size + 1)
         token = encode_page_token(offset + size) if len(found) > size else ""
         return scenario_pb2.ListScenariosResponse(
@@ -185,6 +196,20 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         scenario = await asyncio.to_thread(self.store.get_scenario, ids["scenario"])
         # The limit may have been lowered since the scenario was stored: refuse before any work.
         check_run_size(scenario, self.max_simulations_per_run)
+        return await self._start_run(ids["scenario"], scenario, run_id)
+
+    async def RunWhatIf(self, request: scenario_pb2.RunWhatIfRequest, context: _Context) -> scenario_pb2.Run:
+        scenario_id = (
+            validate_id(request.scenario_id, "scenario_id") if request.scenario_id else new_id("whatif")
+        )
+        scenario = scenario_from_proto(what_if_scenario(request))
+        check_run_size(scenario, self.max_simulations_per_run)
+        await self.topology.get_fabric(scenario.fabric)
+        created = await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
+        return await self._start_run(scenario_id, created, new_id("run"))
+
+    async def _start_run(self, scenario_id: str, scenario: Scenario, run_id: str) -> scenario_pb2.Run:
+        """Pin the fabric's current routing version, store the run, start it; the run as stored."""
         fabric = await self.topology.get_fabric(scenario.fabric)  # the routes every simulation runs on
         planned = await asyncio.to_thread(expand, scenario, self.max_simulations_per_run)
         run = Run(
@@ -194,14 +219,25 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
             routing_version=fabric.routing_version,
             stage="queued",
         )
-        run = await asyncio.to_thread(self.store.create_run, ids["scenario"], run_id, run)
+        run = await asyncio.to_thread(self.store.create_run, scenario_id, run_id, run)
         snapshot = run_to_proto(run)
 
         record = _StoredRun(self.store, run_id, self._changed)
         task = asyncio.create_task(execute_run(run, planned, self.simulators, self.telemetry, record))
         self._tasks.add(task)
+        self._running[run.name] = task
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._running.pop(run.name, None))
         return snapshot
+
+    async def CancelRun(self, request: scenario_pb2.CancelRunRequest, context: _Context) -> scenario_pb2.Run:
+        run = await self._get_run(request.name)  # NotFound first
+        task = self._running.get(run.name)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CANCEL_WAIT_SECONDS)
+            run = await self._get_run(request.name)
+        return run_to_proto(run)
 
     async def _get_run(self, name: str, field: str = "name") -> Run:
         ids = parse_name(name, "scenarios/{scenario}/runs/{run}", field)
@@ -219,6 +255,12 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
             await asyncio.to_thread(self.store.get_scenario, scenario_id)
         size = page_size(request.page_size)
         offset = decode_page_token(request.page_token)
+        listing = Listing.of(scenario_pb2.Run.DESCRIPTOR, request.filter, request.order_by)
+        if listing.active:
+            everything = await asyncio.to_thread(self.store.list_runs, scenario_id, 0, MAX_FILTERED + 1)
+            runs = (run_to_proto(r) for r in everything)
+            chosen, token = filtered_page(runs, listing, "runs", request.page_token, size)
+            return scenario_pb2.ListRunsResponse(runs=chosen, next_page_token=token)
         found = await asyncio.to_thread(self.store.list_runs, scenario_id, offset, size + 1)
         token = encode_page_token(offset + size) if len(found) > size else ""
         return scenario_pb2.ListRunsResponse(

@@ -26,6 +26,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from services.common.arrays import from_numeric_array
 from services.common.errors import InvalidArgument
+from services.common.listing import MAX_FILTERED, Listing, filtered_page
 from services.common.resources import decode_page_token, encode_page_token, page_size, parse_name
 from services.telemetry.aggregates import Aggregation
 from services.telemetry.availability import DatabaseProbe, HealthSetter
@@ -187,6 +188,12 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
 
     async def ListSources(self, request, context) -> telemetry_pb2.ListSourcesResponse:
         limit, offset = page_size(request.page_size), decode_page_token(request.page_token)
+        listing = Listing.of(telemetry_pb2.Source.DESCRIPTOR, request.filter, request.order_by)
+        if listing.active:
+            everything, _ = await self._threads.query(self._store.list_sources, 0, MAX_FILTERED + 1)
+            sources = map(_source_to_proto, everything)
+            chosen, token = filtered_page(sources, listing, "sources", request.page_token, limit)
+            return telemetry_pb2.ListSourcesResponse(sources=chosen, next_page_token=token)
         found, next_offset = await self._threads.query(self._store.list_sources, offset, limit)
         return telemetry_pb2.ListSourcesResponse(
             sources=[_source_to_proto(record) for record in found],

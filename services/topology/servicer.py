@@ -13,6 +13,7 @@ from fabrictwin.v1 import topology_pb2, topology_pb2_grpc
 from google.protobuf import json_format
 
 from services.common.errors import InvalidArgument, NotFound, ResourceExhausted, excerpt, quote
+from services.common.listing import MAX_FILTERED, Listing, filtered_page
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -215,6 +216,13 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
 
     async def ListFabrics(self, request, context):
         size, offset = page_size(request.page_size), decode_page_token(request.page_token)
+        listing = Listing.of(topology_pb2.Fabric.DESCRIPTOR, request.filter, request.order_by)
+        if listing.active:
+            records, _ = await self.registry.list(0, MAX_FILTERED + 1)
+            chosen, token = filtered_page(
+                map(fabric_message, records), listing, "fabrics", request.page_token, size
+            )
+            return topology_pb2.ListFabricsResponse(fabrics=chosen, next_page_token=token)
         records, more = await self.registry.list(offset, size)
         return topology_pb2.ListFabricsResponse(
             fabrics=[fabric_message(r) for r in records],

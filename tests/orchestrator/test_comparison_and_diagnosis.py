@@ -89,3 +89,36 @@ def test_receive_errors_make_a_link_lossy_even_without_drops_and_add_up_with_the
         "3 packets lost on a" in findings[1].evidence
         and "2 dropped, 1 receive errors" in findings[1].evidence
     )
+
+
+def swept(label: str, size: int, makespan: int) -> ModeResult:
+    outcome = Outcome(makespan_ns=makespan, ideal_completion_ns=makespan // 2, uplink_skew=Skew())
+    return ModeResult(label, Opaque(), {"jobs.0.size_bytes": str(size)}, state=OK, outcome=outcome)
+
+
+def test_a_sweep_compares_modes_at_the_same_point_never_across_points():
+    mib, big = 1 << 20, 256 << 20
+    run = finished(
+        swept("ECMP", mib, 100_000),
+        swept("ADAPTIVE", mib, 50_000),
+        swept("ECMP", big, 20_000_000),
+        swept("ADAPTIVE", big, 10_000_000),
+    )
+    result = comparison_to_proto(compare([run]))
+    slowdowns = [row.slowdown_vs_baseline for row in result.rows]
+    assert slowdowns == [1.0, 0.5, 1.0, 0.5]  # each point against its own ECMP row
+    assert result.baseline == "ECMP"
+    assert "1MiB: ADAPTIVE finishes 2.00x faster than ECMP" in result.summary
+    assert "256MiB: ADAPTIVE finishes 2.00x faster than ECMP" in result.summary
+    assert "200" not in result.summary  # no ratio across points (20 ms / 100 us)
+    assert compare([run], "ADAPTIVE").rows[0].slowdown_vs_baseline == 2.0  # a named baseline, per point
+
+
+def test_a_point_where_the_baseline_mode_failed_has_no_slowdowns_and_says_so():
+    mib = 1 << 20
+    failed = ModeResult("ECMP", Opaque(), {"jobs.0.size_bytes": str(2 * mib)}, state=JobState.FAILED)
+    run = finished(
+        swept("ECMP", mib, 100), swept("ADAPTIVE", mib, 50), failed, swept("ADAPTIVE", 2 * mib, 70)
+    )
+    rows = compare([run], "ECMP").rows
+    assert [r.slowdown_vs_baseline for r in rows] == [1.0, 0.5, 0.0]

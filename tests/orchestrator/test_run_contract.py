@@ -206,7 +206,9 @@ def three_modes() -> scenario_pb2.Scenario:
     return allreduce_scenario(modes=modes)
 
 
-async def test_routes_changed_between_two_points_fail_the_later_points_clearly_never_mixing(stack):
+async def test_routes_changed_between_two_points_leave_the_later_points_on_the_pinned_routes(stack):
+    """Each simulation is sent the run's routing version (SimulationSpec.routing_version) and the
+    topology service still holds it: the later points run on the pinned routes, not the new ones."""
     pinned = await routing_version(stack)
     moved: list[int] = []
 
@@ -216,25 +218,12 @@ async def test_routes_changed_between_two_points_fail_the_later_points_clearly_n
 
     run = await run_in_core(stack, three_modes(), after_the_first_result, parallelism=1)
 
-    first, second, third = run.results
     assert moved and moved[0] > pinned
-    assert first.state is JobState.SUCCEEDED and first.routing_version == run.routing_version == pinned
-    assert second.state is JobState.FAILED and third.state is JobState.FAILED
-    assert second.error is not None and second.error.code == FAILED_PRECONDITION
-    assert f"pinned to routing version {pinned}" in second.error.message
-    assert f"would run on version {moved[0]}" in second.error.message
-    assert third.error is not None and third.error.code == FAILED_PRECONDITION
-    assert third.error.message.startswith("not started: the routes of fabrics/ft4 changed during the run")
-    assert run.state is JobState.FAILED
-    assert run.error is not None and "2 of 3 simulations failed" in run.error.message
-    # The second was cancelled at once on the simulator, the third never started there.
-    async with grpc.aio.insecure_channel(stack.simulator.address) as channel:
-        listed = await simulation_pb2_grpc.SimulationServiceStub(channel).ListSimulations(
-            simulation_pb2.ListSimulationsRequest()
-        )
-    states = {s.name: s.state for s in listed.simulations}
-    assert len(states) == 2
-    assert states[second.simulation] == common_pb2.JOB_STATE_CANCELLED
+    assert run.state is JobState.SUCCEEDED, run.error
+    assert {r.routing_version for r in run.results} == {pinned}
+    # Three identical modes on the same routes: the same result, to the nanosecond, although the
+    # fabric's current routes lost a spine link before the second and third started.
+    assert len({r.outcome for r in run.results}) == 1
 
 
 async def test_routes_changed_after_every_point_started_leave_the_run_on_its_pinned_routes(stack):

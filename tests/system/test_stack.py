@@ -86,7 +86,8 @@ def test_the_demo_shows_ecmp_pinning_and_even_spreading(client, tmp_path):
     assert rows["ECMP"].uplink_share_idle > 0.1
     assert rows["ADAPTIVE"].uplink_share_idle == 0
     assert [f.kind for f in outcome["diagnosis"].findings][:1] == [scenario_pb2.FINDING_KIND_ECMP_PINNING]
-    assert pathlib.Path(outcome["plot"]).read_text().startswith("<svg")
+    for picture in (outcome["plot"], outcome["heatmap"]):
+        assert pathlib.Path(picture).read_bytes().startswith(b"\x89PNG")
     assert any("faster than ECMP" in line for line in lines)
     packet = {row.label: row for row in outcome["packet_comparison"].rows}
     assert set(packet) == {"ECMP", "ADAPTIVE", "SPRAY", "FLOWLET"}

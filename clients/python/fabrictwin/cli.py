@@ -20,9 +20,11 @@ from fabrictwin import (
     cli_example,
     cli_fabric,
     cli_mirror,
+    cli_plot,
     cli_scenario,
     cli_simulation,
     cli_telemetry,
+    cli_whatif,
 )
 from fabrictwin.cli_common import InputError, leaf, not_utf8, print_json, warn
 from fabrictwin.client import SERVICE_NAMES, Addresses, Client, read_token_file
@@ -139,7 +141,9 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     cli_telemetry.register(root)
     cli_mirror.register(root)
     cli_scenario.register(root)
+    cli_whatif.register(root)
     cli_example.register(root)
+    cli_plot.register(root)
     return parser
 
 

@@ -8,6 +8,7 @@ int64 values as strings per the proto3 JSON mapping; lists as a JSON array).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +41,7 @@ __all__ = [
 
 Handler = Callable[[Client, argparse.Namespace], int]
 ShownMessage = TypeVar("ShownMessage", bound=Message)
+T = TypeVar("T")
 
 
 class InputError(ValueError):
@@ -173,3 +175,31 @@ def emit_list(
 def warn(text: str) -> None:
     """A line on stderr (progress, failures) that never mixes with the JSON on stdout."""
     print(text, file=sys.stderr)
+
+
+def add_list_options(parser: argparse.ArgumentParser, default_limit: int = 50) -> None:
+    """--filter, --order-by and --limit of a list command."""
+    parser.add_argument(
+        "--filter",
+        default="",
+        help="AIP-160 filter over the fields, e.g. 'state = FAILED AND display_name : \"pod\"'",
+    )
+    parser.add_argument(
+        "--order-by", default="", help="e.g. 'create_time desc' (default: the service's order)"
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=default_limit,
+        help=f"show at most this many (default {default_limit}; 0: all)",
+    )
+
+
+def limited(args: argparse.Namespace, items: Iterable[T]) -> list[T]:
+    """The first --limit items (all with 0); says on stderr when there were more."""
+    if args.limit <= 0:
+        return list(items)
+    shown = list(itertools.islice(items, args.limit + 1))
+    if len(shown) > args.limit and not args.json:
+        warn(f"(the first {args.limit} shown; --limit 0 for all, or narrow them with --filter)")
+    return shown[: args.limit]

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from fabrictwin.cli_common import (
     InputError,
+    add_list_options,
     choice,
     duration_arg,
     emit,
     emit_list,
     key_value_arg,
     leaf,
+    limited,
     message_dict,
     read_text,
     subcommands,
@@ -33,7 +36,7 @@ __all__ = ["register"]
 EXPORT_ONLY_FORMATS = ("node_link_json", "opensm_lfts")
 
 
-def _import_format_choice() -> dict[str, object]:
+def _import_format_choice() -> dict[str, Any]:
     keywords = choice(topology_pb2.TopologyFormat)
     keywords["choices"] = [name for name in keywords["choices"] if name not in EXPORT_ONLY_FORMATS]
     keywords["metavar"] = "{" + ",".join(keywords["choices"]) + "}"
@@ -114,7 +117,9 @@ def _create_superpod(client: Client, args: argparse.Namespace) -> int:
 
 
 def _list(client: Client, args: argparse.Namespace) -> int:
-    emit_list(args, client.fabrics.list(), fabrics_table)
+    emit_list(
+        args, limited(args, client.fabrics.list(filter=args.filter, order_by=args.order_by)), fabrics_table
+    )
     return 0
 
 
@@ -308,7 +313,7 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs (rails) per node (default 8)")
     _create_options(p)
 
-    leaf(group, "list", _list, "list fabrics")
+    add_list_options(leaf(group, "list", _list, "list fabrics"))
     p = leaf(group, "update", _update, "change a fabric's display name, labels or routing engine")
     p.add_argument("name", help="fabric (ID or fabrics/ID)")
     p.add_argument("--display-name", default=None, help="new human-readable name")

@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from fabrictwin.cli_common import (
     InputError,
+    add_list_options,
     choice,
     emit,
     emit_list,
     leaf,
+    limited,
     message_dict,
     print_json,
     size_arg,
     subcommands,
     warn,
 )
+from fabrictwin.cli_output import add_output_option, write_output
+from fabrictwin.cli_wait import ProgressView, Stopped, add_wait_options, wait_simulations
 from fabrictwin.client import Client
 from fabrictwin.errors import InvalidArgumentError
-from fabrictwin.format import format_percent, simulation_report, simulations_table
+from fabrictwin.format import simulation_report, simulations_table
+from fabrictwin.jobs import TERMINAL_STATES
 from fabrictwin.names import enum_label
 from fabrictwin.specs import (
     bit_errors,
@@ -216,7 +222,8 @@ def _link_down(text: str) -> simulation_pb2.Fault:
         ) from exc
 
 
-def _add_transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argparse.Namespace) -> None:
+def transport_and_faults(spec: simulation_pb2.SimulationSpec, args: argparse.Namespace) -> None:
+    """Put the transport and fault options of `add_workload_options` into `spec`."""
     if args.pfc:
         spec.roce.pfc = True
     if args.dcqcn:
@@ -257,7 +264,7 @@ def _simulate(client: Client, args: argparse.Namespace) -> int:
         spec = simulation_spec(
             args.fabric, [job], lb, fidelity=args.fidelity, transport=args.transport, seed=args.seed
         )
-        _add_transport_and_faults(spec, args)
+        transport_and_faults(spec, args)
         spec.mtu_bytes = args.mtu
         spec.buffer_bytes = args.buffer
         spec.header_bytes = args.header_bytes
@@ -266,7 +273,10 @@ def _simulate(client: Client, args: argparse.Namespace) -> int:
     if not args.wait:
         emit_list(args, started, simulations_table)
         return 0
-    finished = [client.simulations.wait(s.name, timeout=args.wait_timeout) for s in started]
+    try:
+        finished = wait_simulations(client, [s.name for s in started], args)
+    except Stopped as stopped:
+        return stopped.exit_code
     if args.json:
         print_json([message_dict(s) for s in finished])
     else:
@@ -279,12 +289,15 @@ def _simulate(client: Client, args: argparse.Namespace) -> int:
 
 
 def _get(client: Client, args: argparse.Namespace) -> int:
-    emit(args, client.simulations.get(args.name), simulation_report)
+    simulation = client.simulations.get(args.name)
+    if not write_output(args, simulation):
+        emit(args, simulation, simulation_report)
     return 0
 
 
 def _list(client: Client, args: argparse.Namespace) -> int:
-    emit_list(args, client.simulations.list(), simulations_table)
+    simulations = client.simulations.list(filter=args.filter, order_by=args.order_by)
+    emit_list(args, limited(args, simulations), simulations_table)
     return 0
 
 
@@ -294,12 +307,15 @@ def _cancel(client: Client, args: argparse.Namespace) -> int:
 
 
 def _series(client: Client, args: argparse.Namespace) -> int:
-    emit_list(args, client.simulations.link_series(args.name), link_series_table)
+    series = list(client.simulations.link_series(args.name))
+    if not write_output(args, simulation_pb2.ListLinkSeriesResponse(series=series)):
+        emit_list(args, series, link_series_table)
     return 0
 
 
 def _watch(client: Client, args: argparse.Namespace) -> int:
     last = None
+    view = ProgressView(enabled=not args.json, stream=sys.stdout)  # in place on a terminal
     for simulation in client.simulations.watch(args.name):
         last = simulation
         if args.json:
@@ -307,10 +323,9 @@ def _watch(client: Client, args: argparse.Namespace) -> int:
         else:
             state = enum_label(common_pb2.JobState, simulation.state)
             progress = simulation.progress
-            print(
-                f"{simulation.name}  {state}  {format_percent(progress.fraction)}  {progress.stage}".rstrip(),
-                flush=True,
-            )
+            fraction = 1.0 if simulation.state in TERMINAL_STATES else progress.fraction
+            view.show(simulation.name, fraction, f"{state}  {progress.stage}".rstrip())
+    view.close()
     if last is not None and last.state != common_pb2.JOB_STATE_SUCCEEDED:
         warn(
             f"error: {last.name} {enum_label(common_pb2.JobState, last.state)} {last.error.message}".rstrip()
@@ -335,22 +350,21 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--id", default="", help="simulation id (with several modes: ID-<mode>); generated if omitted"
     )
-    p.add_argument("--wait", action="store_true", help="wait for the results and print them")
-    p.add_argument("--wait-timeout", type=float, default=None, help="give up waiting after this many seconds")
+    add_wait_options(p, "simulations")
 
     simulation = root.add_parser("simulation", help="inspect simulations (simulator service)")
     simulation.description = "Simulations: state, results, per-link series; cancel or watch one."
     group = subcommands(simulation, "simulation")
-    leaf(group, "get", _get, "show one simulation and its results").add_argument(
-        "name", help="simulation (ID or simulations/ID)"
-    )
-    leaf(group, "list", _list, "list simulations, newest first")
+    p = leaf(group, "get", _get, "show one simulation and its results")
+    p.add_argument("name", help="simulation (ID or simulations/ID)")
+    add_output_option(p, ("jobs", "links", "flows"))
+    add_list_options(leaf(group, "list", _list, "list simulations, newest first"))
     leaf(group, "cancel", _cancel, "cancel a pending or running simulation").add_argument(
         "name", help="simulation"
     )
-    leaf(
-        group, "series", _series, "per-link time series of a finished simulation (summary per link)"
-    ).add_argument("name", help="simulation")
+    p = leaf(group, "series", _series, "per-link time series of a finished simulation (summary per link)")
+    p.add_argument("name", help="simulation")
+    add_output_option(p)
     leaf(group, "watch", _watch, "follow a simulation's progress until it is done").add_argument(
         "name", help="simulation"
     )

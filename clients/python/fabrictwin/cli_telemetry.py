@@ -13,7 +13,18 @@ import math
 from collections.abc import Sequence
 
 from fabrictwin import cli_telemetry_ingest, link_health
-from fabrictwin.cli_common import choice, duration_arg, emit, emit_list, leaf, print_json, subcommands
+from fabrictwin.cli_common import (
+    add_list_options,
+    choice,
+    duration_arg,
+    emit,
+    emit_list,
+    leaf,
+    limited,
+    print_json,
+    subcommands,
+)
+from fabrictwin.cli_output import add_output_option, write_output
 from fabrictwin.client import Client
 from fabrictwin.format import format_percent, render_table
 from fabrictwin.tables import port_values_table, series_table, sources_table
@@ -66,7 +77,8 @@ def loss_table(points: Sequence[telemetry_pb2.LossPoint]) -> str:
 
 
 def _sources(client: Client, args: argparse.Namespace) -> int:
-    emit_list(args, client.telemetry.list_sources(), sources_table)
+    sources = client.telemetry.list_sources(filter=args.filter, order_by=args.order_by)
+    emit_list(args, limited(args, sources), sources_table)
     return 0
 
 
@@ -97,16 +109,19 @@ def _delete_source(client: Client, args: argparse.Namespace) -> int:
 
 
 def _query(client: Client, args: argparse.Namespace) -> int:
-    series = client.telemetry.query_series(
-        args.source,
-        args.metric,
-        ports=args.port,
-        start_ns=args.start,
-        end_ns=args.end,
-        aggregation=args.aggregation,
-        step_ns=args.step,
+    series = list(
+        client.telemetry.query_series(
+            args.source,
+            args.metric,
+            ports=args.port,
+            start_ns=args.start,
+            end_ns=args.end,
+            aggregation=args.aggregation,
+            step_ns=args.step,
+        )
     )
-    emit_list(args, series, series_table)
+    if not write_output(args, telemetry_pb2.QuerySeriesResponse(series=series)):
+        emit_list(args, series, series_table)
     return 0
 
 
@@ -120,7 +135,8 @@ def _top(client: Client, args: argparse.Namespace) -> int:
         aggregation=args.aggregation,
         limit=args.limit,
     )
-    emit_list(args, top, port_values_table)
+    if not write_output(args, telemetry_pb2.TopLinksResponse(ports=top)):
+        emit_list(args, top, port_values_table)
     return 0
 
 
@@ -134,7 +150,8 @@ def _skew(client: Client, args: argparse.Namespace) -> int:
         hot_above=args.hot_above,
         idle_below=args.idle_below,
     )
-    emit_list(args, points, skew_table)
+    if not write_output(args, telemetry_pb2.GetUtilisationSkewResponse(points=points)):
+        emit_list(args, points, skew_table)
     return 0
 
 
@@ -142,7 +159,8 @@ def _loss(client: Client, args: argparse.Namespace) -> int:
     points = client.telemetry.loss_history(
         args.source, args.port, start_ns=args.start, end_ns=args.end, step_ns=args.step
     )
-    emit_list(args, points, loss_table)
+    if not write_output(args, telemetry_pb2.GetLossHistoryResponse(points=points)):
+        emit_list(args, points, loss_table)
     return 0
 
 
@@ -183,6 +201,7 @@ def _window_options(parser: argparse.ArgumentParser, ports: bool = True) -> None
         "--start", type=duration_arg, default=0, help="window start, ns or 10ms/2s (default 0)"
     )
     parser.add_argument("--end", type=duration_arg, default=0, help="window end, exclusive (default: newest)")
+    add_output_option(parser)
 
 
 def _metric_options(parser: argparse.ArgumentParser) -> None:
@@ -193,7 +212,7 @@ def _metric_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _source_commands(group: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    leaf(group, "sources", _sources, "list telemetry sources")
+    add_list_options(leaf(group, "sources", _sources, "list telemetry sources"))
     p = leaf(group, "create-source", _create_source, "create a telemetry source")
     p.add_argument("id", help="source id (sources/ID)")
     p.add_argument("--kind", **choice(telemetry_pb2.SourceKind), default="live", help="live or simulated")

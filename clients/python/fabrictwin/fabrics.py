@@ -219,9 +219,12 @@ class FabricsApi:
         request = topology_pb2.GetFabricRequest(name=resource_name("fabrics", name))
         return self._connection.unary(self._stub.GetFabric, request)
 
-    def list(self, *, page_size: int = 0) -> Iterator[topology_pb2.Fabric]:
-        """Every fabric, fetching pages of `page_size` (0: the server's default) as needed."""
-        request = topology_pb2.ListFabricsRequest(page_size=page_size)
+    def list(
+        self, *, page_size: int = 0, filter: str = "", order_by: str = ""
+    ) -> Iterator[topology_pb2.Fabric]:
+        """Every fabric (that `filter` keeps, AIP-160: `labels.site = "a"`), in `order_by` order
+        (`create_time desc`), fetching pages of `page_size` (0: the server's default) as needed."""
+        request = topology_pb2.ListFabricsRequest(page_size=page_size, filter=filter, order_by=order_by)
         return self._connection.pages(self._stub.ListFabrics, request, "fabrics")
 
     def delete(self, name: str) -> None:

@@ -32,10 +32,13 @@ __all__ = [
     "format_duration_ns",
     "format_percent",
     "format_ratio",
+    "format_sweep_point",
     "format_timestamp",
+    "nccl_tests_table",
     "render_table",
     "simulation_report",
     "simulations_table",
+    "size_sweep_parameter",
 ]
 
 _DURATION_UNITS = ((10**9, "s"), (10**6, "ms"), (10**3, "us"))
@@ -204,7 +207,10 @@ def simulation_report(simulation: simulation_pb2.Simulation) -> str:
     skew = result.uplink_skew
     lines = [head, jobs, f"makespan {format_duration_ns(result.makespan_ns)}"]
     if skew.links:
-        shares = f"hot {format_percent(skew.share_hot)}, idle {format_percent(skew.share_idle)}"
+        shares = (
+            f"hot {format_percent(skew.share_hot)}, idle (no traffic) {format_percent(skew.share_idle)}, "
+            f"below 20% {format_percent(skew.share_cold)}"
+        )
         lines.append(
             f"uplink skew ({skew.group or 'uplinks'}, {skew.links} links): max/mean {skew.max_over_mean:.2f},"
             f" CV {skew.coefficient_of_variation:.2f}, {shares}"
@@ -221,11 +227,69 @@ def simulation_report(simulation: simulation_pb2.Simulation) -> str:
     return "\n".join(lines)
 
 
+def format_sweep_point(point: Iterable[tuple[str, str]]) -> str:
+    """A sweep point for people: sizes in KiB/MiB/GiB."""
+    shown = []
+    for parameter, value in sorted(point):
+        if parameter.endswith("_bytes") and value.isdigit():
+            value = format_bytes(int(value))
+        shown.append(f"{parameter}={value}")
+    return ",".join(shown)
+
+
+def _row_label(row: scenario_pb2.ComparisonRow) -> str:
+    if not row.result.sweep_point:
+        return row.label
+    return f"{row.label.split(' [', 1)[0]} [{format_sweep_point(row.result.sweep_point.items())}]"
+
+
+def size_sweep_parameter(comparison: scenario_pb2.Comparison) -> str:
+    """The swept message-size parameter (`jobs.0.size_bytes`) when the comparison's rows are a size
+    sweep and nothing else is swept; else ""."""
+    parameters = {p for r in comparison.rows for p in r.result.sweep_point}
+    if len(parameters) == 1:
+        (parameter,) = parameters
+        if re.fullmatch(r"jobs\.\d+\.size_bytes", parameter):
+            return parameter
+    return ""
+
+
+def nccl_tests_table(comparison: scenario_pb2.Comparison) -> str:
+    """A size sweep as nccl-tests prints one: per size, its element count and type (float: nccl-tests'
+    default), then per mode the time (us), algbw = size / time and busbw (GB/s, bytes like
+    nccl-tests; the simulator's busbw applies nccl-tests' factor, 2(n-1)/n for all-reduce)."""
+    parameter = size_sweep_parameter(comparison)
+    modes = list(dict.fromkeys(r.result.label for r in comparison.rows))
+    by_size: dict[int, dict[str, scenario_pb2.ComparisonRow]] = {}
+    for r in comparison.rows:
+        by_size.setdefault(int(r.result.sweep_point[parameter]), {})[r.result.label] = r
+    headers = ["SIZE", "COUNT", "TYPE"]
+    for mode in modes:
+        headers += [f"{mode} TIME_US", "ALGBW_GB/S", "BUSBW_GB/S"]
+    rows = []
+    for size in sorted(by_size):
+        line: list[object] = [format_bytes(size), f"{size // 4:,}", "float"]
+        for mode in modes:
+            row = by_size[size].get(mode)
+            if row is None or not row.makespan_ns:
+                line += ["-", "-", "-"]
+                continue
+            seconds = row.makespan_ns / 1e9
+            line += [
+                f"{row.makespan_ns / 1e3:,.1f}",
+                f"{size / seconds / 1e9:.2f}",
+                f"{row.busbw_gbps / 8:.2f}",
+            ]
+        rows.append(line)
+    return render_table(headers, rows)
+
+
 def comparison_table(comparison: scenario_pb2.Comparison) -> str:
-    """The rows of a comparison side by side, then its one-line summary."""
+    """The rows of a comparison side by side, then its one-line summary (a size sweep also as an
+    nccl-tests table)."""
     rows = [
         [
-            r.label,
+            _row_label(r),
             format_duration_ns(r.makespan_ns),
             f"{r.busbw_gbps:.1f}",
             format_ratio(r.slowdown_vs_baseline),
@@ -239,4 +303,6 @@ def comparison_table(comparison: scenario_pb2.Comparison) -> str:
     table = render_table(
         ["LABEL", "MAKESPAN", "BUSBW_GBPS", "VS_BASELINE", "VS_IDEAL", "UPLINK_MAX/MEAN", "HOT", "IDLE"], rows
     )
+    if size_sweep_parameter(comparison):
+        table += "\n\n" + nccl_tests_table(comparison)
     return f"{table}\n{comparison.summary}" if comparison.summary else table

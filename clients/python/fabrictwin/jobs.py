@@ -37,13 +37,16 @@ def wait_until_done(
     get: Callable[[str], R],
     watch: Callable[[str, float | None], Iterator[R]],
     timeout: float | None,
+    progress: Callable[[R], None] | None = None,
 ) -> R:
     """The resource `name` once it is in a terminal state.
 
     `get(name)` fetches it once; `watch(name, timeout)` streams it. Raises DeadlineExceededError if it
     is not done after `timeout` seconds (None: wait for ever). A FAILED resource is returned, not
-    raised: its `error` field says why.
+    raised: its `error` field says why. `progress(resource)` is called with every state the wait sees
+    (each change the stream reports, or each poll), the last one included.
     """
+    report = progress or (lambda _: None)
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def remaining() -> float | None:
@@ -54,6 +57,7 @@ def wait_until_done(
 
     try:
         for resource in watch(name, remaining()):
+            report(resource)
             if is_done(resource):
                 return resource
     except DeadlineExceededError:
@@ -64,6 +68,7 @@ def wait_until_done(
     interval = _FIRST_POLL_SECONDS
     while True:
         resource = get(name)
+        report(resource)
         if is_done(resource):
             return resource
         left = remaining()

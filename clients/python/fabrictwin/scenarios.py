@@ -10,13 +10,13 @@ sees (ECMP pinning, lossy links, PFC spreading).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from fabrictwin.connection import Connection
 from fabrictwin.jobs import wait_until_done
 from fabrictwin.names import enum_value, resource_name, run_name
 from fabrictwin.specs import ModeLike, load_balancing
-from fabrictwin.v1 import common_pb2, scenario_pb2, scenario_pb2_grpc, simulation_pb2
+from fabrictwin.v1 import common_pb2, scenario_pb2, scenario_pb2_grpc, simulation_pb2, topology_pb2
 
 __all__ = ["ScenariosApi"]
 
@@ -68,6 +68,35 @@ class ScenariosApi:
             scenario.transport = enum_value(simulation_pb2.Transport, transport, "transport")
         return self.create_from(scenario, scenario_id=scenario_id)
 
+    def what_if(
+        self,
+        scenario: scenario_pb2.Scenario,
+        *,
+        repair_links: Iterable[str | int] = (),
+        routing_engines: Iterable[int | str] = (),
+        modes: Iterable[ModeLike] = (),
+        all_clean: bool = False,
+        scenario_id: str = "",
+    ) -> scenario_pb2.Run:
+        """Run `scenario`'s jobs on its fabric as it is now (`as-is`, with `scenario.modes[0]`) and once
+        per change: each repaired link (index or display name), routing engine (`ftree`, ...),
+        load-balancing mode, or a clean fabric; plus all the changes together when there are several.
+        Returns the run (PENDING); `wait_run` then `compare(run.name)` says what each change buys.
+
+        >>> run = client.scenarios.what_if(base, repair_links=["leaf-3/p17<->spine-1/p4"])  # doctest: +SKIP
+        """
+        request = scenario_pb2.RunWhatIfRequest(
+            scenario_id=scenario_id,
+            scenario=scenario,
+            repair_links=[str(link) for link in repair_links],
+            routing_engines=[
+                enum_value(topology_pb2.RoutingEngine, e, "routing_engines") for e in routing_engines
+            ],
+            modes=[load_balancing(mode) for mode in modes],
+            all_clean=all_clean,
+        )
+        return self._connection.unary(self._stub.RunWhatIf, request)
+
     def create_from(self, scenario: scenario_pb2.Scenario, *, scenario_id: str = "") -> scenario_pb2.Scenario:
         """Create a scenario from a complete Scenario message (every field the contract has)."""
         request = scenario_pb2.CreateScenarioRequest(scenario_id=scenario_id, scenario=scenario)
@@ -78,9 +107,11 @@ class ScenariosApi:
         request = scenario_pb2.GetScenarioRequest(name=resource_name("scenarios", name))
         return self._connection.unary(self._stub.GetScenario, request)
 
-    def list(self, *, page_size: int = 0) -> Iterator[scenario_pb2.Scenario]:
-        """Every scenario."""
-        request = scenario_pb2.ListScenariosRequest(page_size=page_size)
+    def list(
+        self, *, page_size: int = 0, filter: str = "", order_by: str = ""
+    ) -> Iterator[scenario_pb2.Scenario]:
+        """Every scenario (that `filter` keeps, AIP-160), in `order_by` order."""
+        request = scenario_pb2.ListScenariosRequest(page_size=page_size, filter=filter, order_by=order_by)
         return self._connection.pages(self._stub.ListScenarios, request, "scenarios")
 
     def delete(self, name: str) -> None:
@@ -100,10 +131,13 @@ class ScenariosApi:
         request = scenario_pb2.GetRunRequest(name=run_name(name))
         return self._connection.unary(self._stub.GetRun, request)
 
-    def list_runs(self, scenario: str = "-", *, page_size: int = 0) -> Iterator[scenario_pb2.Run]:
-        """Every run of a scenario, newest first; "-" lists the runs of every scenario."""
+    def list_runs(
+        self, scenario: str = "-", *, page_size: int = 0, filter: str = "", order_by: str = ""
+    ) -> Iterator[scenario_pb2.Run]:
+        """Every run of a scenario, newest first; "-" lists the runs of every scenario. `filter`
+        (AIP-160: `state = FAILED`) and `order_by` (`create_time desc`) as every List."""
         request = scenario_pb2.ListRunsRequest(
-            parent=resource_name("scenarios", scenario), page_size=page_size
+            parent=resource_name("scenarios", scenario), page_size=page_size, filter=filter, order_by=order_by
         )
         return self._connection.pages(self._stub.ListRuns, request, "runs")
 
@@ -112,11 +146,23 @@ class ScenariosApi:
         request = scenario_pb2.WatchRunRequest(name=run_name(name))
         return self._connection.server_stream(self._stub.WatchRun, request, timeout=timeout)
 
-    def wait_run(self, name: str, timeout: float | None = None) -> scenario_pb2.Run:
-        """The run once SUCCEEDED, FAILED or CANCELLED; DeadlineExceededError after `timeout` seconds."""
+    def wait_run(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        progress: Callable[[scenario_pb2.Run], None] | None = None,
+    ) -> scenario_pb2.Run:
+        """The run once SUCCEEDED, FAILED or CANCELLED; DeadlineExceededError after `timeout` seconds.
+        `progress(run)` is called with each change the wait sees (each result's state as it goes)."""
         return wait_until_done(
-            run_name(name), self.get_run, lambda n, left: self.watch_run(n, timeout=left), timeout
+            run_name(name), self.get_run, lambda n, left: self.watch_run(n, timeout=left), timeout, progress
         )
+
+    def cancel_run(self, name: str) -> scenario_pb2.Run:
+        """Cancel a run: its unfinished simulations are cancelled, finished results kept."""
+        request = scenario_pb2.CancelRunRequest(name=run_name(name))
+        return self._connection.unary(self._stub.CancelRun, request)
 
     def compare(self, runs: Sequence[str] | str, *, baseline: str = "") -> scenario_pb2.Comparison:
         """The mode results of one or more runs side by side, against `baseline` (default: the first)."""

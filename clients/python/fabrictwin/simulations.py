@@ -6,7 +6,7 @@ spec with `fabrictwin.specs.simulation_spec` (or by hand), `start` it, then `wai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fabrictwin.connection import Connection
 from fabrictwin.jobs import wait_until_done
@@ -35,9 +35,11 @@ class SimulationsApi:
         request = simulation_pb2.GetSimulationRequest(name=resource_name("simulations", name))
         return self._connection.unary(self._stub.GetSimulation, request)
 
-    def list(self, *, page_size: int = 0) -> Iterator[simulation_pb2.Simulation]:
-        """Every simulation, newest first."""
-        request = simulation_pb2.ListSimulationsRequest(page_size=page_size)
+    def list(
+        self, *, page_size: int = 0, filter: str = "", order_by: str = ""
+    ) -> Iterator[simulation_pb2.Simulation]:
+        """Every simulation, newest first; `filter` (AIP-160: `state = FAILED`) and `order_by`."""
+        request = simulation_pb2.ListSimulationsRequest(page_size=page_size, filter=filter, order_by=order_by)
         return self._connection.pages(self._stub.ListSimulations, request, "simulations")
 
     def cancel(self, name: str) -> simulation_pb2.Simulation:
@@ -50,19 +52,28 @@ class SimulationsApi:
         request = simulation_pb2.WatchSimulationRequest(name=resource_name("simulations", name))
         return self._connection.server_stream(self._stub.WatchSimulation, request, timeout=timeout)
 
-    def wait(self, name: str, timeout: float | None = None) -> simulation_pb2.Simulation:
+    def wait(
+        self,
+        name: str,
+        timeout: float | None = None,
+        *,
+        progress: Callable[[simulation_pb2.Simulation], None] | None = None,
+    ) -> simulation_pb2.Simulation:
         """The simulation once SUCCEEDED, FAILED or CANCELLED (check `.state`; `.error` says why it failed).
 
         Returns what `get` returns, per-flow results included: WatchSimulation's messages leave the
         flows out (they can be large and every progress report would carry them), so a simulation
         that SUCCEEDED is read once more with GetSimulation.
         Raises DeadlineExceededError if it is not done after `timeout` seconds (None: no limit).
+        `progress(simulation)` is called with each state and progress report the wait sees
+        (`simulation.progress.fraction`, `.stage`, e.g. "compiling the packet engine (first run only)").
         """
         done = wait_until_done(
             resource_name("simulations", name),
             self.get,
             lambda n, left: self.watch(n, timeout=left),
             timeout,
+            progress,
         )
         if done.state != common_pb2.JOB_STATE_SUCCEEDED:
             return done

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fabrictwin.format import format_bytes, format_duration_ns, format_percent, format_timestamp, render_table
+from fabrictwin.format import (
+    format_bytes,
+    format_duration_ns,
+    format_percent,
+    format_sweep_point,
+    format_timestamp,
+    render_table,
+)
 from fabrictwin.names import enum_label
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, telemetry_pb2, topology_pb2
 
@@ -189,7 +196,7 @@ def run_report(run: scenario_pb2.Run) -> str:
     rows = [
         [
             r.label or enum_label(common_pb2.LoadBalancingMode, r.load_balancing.mode),
-            ",".join(f"{k}={v}" for k, v in sorted(r.sweep_point.items())) or "-",
+            format_sweep_point(r.sweep_point.items()) or "-",
             enum_label(common_pb2.JobState, r.state),
             format_duration_ns(r.makespan_ns) if r.makespan_ns else "-",
             f"{r.busbw_gbps:.1f}" if r.busbw_gbps else "-",

@@ -188,9 +188,11 @@ class TelemetryApi:
         request = telemetry_pb2.GetSourceRequest(name=resource_name("sources", name))
         return self._connection.unary(self._stub.GetSource, request)
 
-    def list_sources(self, *, page_size: int = 0) -> Iterator[telemetry_pb2.Source]:
-        """Every source."""
-        request = telemetry_pb2.ListSourcesRequest(page_size=page_size)
+    def list_sources(
+        self, *, page_size: int = 0, filter: str = "", order_by: str = ""
+    ) -> Iterator[telemetry_pb2.Source]:
+        """Every source; `filter` (AIP-160: `kind = LIVE`) and `order_by` (`sample_count desc`)."""
+        request = telemetry_pb2.ListSourcesRequest(page_size=page_size, filter=filter, order_by=order_by)
         return self._connection.pages(self._stub.ListSources, request, "sources")
 
     def update_source(

@@ -24,11 +24,12 @@ _sym_db = _symbol_database.Default()
 
 from fabrictwin.v1 import common_pb2 as fabrictwin_dot_v1_dot_common__pb2
 from fabrictwin.v1 import simulation_pb2 as fabrictwin_dot_v1_dot_simulation__pb2
+from fabrictwin.v1 import topology_pb2 as fabrictwin_dot_v1_dot_topology__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x66\x61\x62rictwin/v1/scenario.proto\x12\rfabrictwin.v1\x1a\x1a\x66\x61\x62rictwin/v1/common.proto\x1a\x1e\x66\x61\x62rictwin/v1/simulation.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"*\n\x05Sweep\x12\x11\n\tparameter\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\t\"\xc1\x04\n\x08Scenario\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61\x62ric\x18\x03 \x01(\t\x12 \n\x04jobs\x18\x04 \x03(\x0b\x32\x12.fabrictwin.v1.Job\x12+\n\x05modes\x18\x05 \x03(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12)\n\x08\x66idelity\x18\x06 \x01(\x0e\x32\x17.fabrictwin.v1.Fidelity\x12+\n\ttransport\x18\x07 \x01(\x0e\x32\x18.fabrictwin.v1.Transport\x12\'\n\x04roce\x18\x08 \x01(\x0b\x32\x19.fabrictwin.v1.RoceConfig\x12\x33\n\ninfiniband\x18\t \x01(\x0b\x32\x1f.fabrictwin.v1.InfinibandConfig\x12$\n\x06\x66\x61ults\x18\n \x03(\x0b\x32\x14.fabrictwin.v1.Fault\x12$\n\x06sweeps\x18\x0b \x03(\x0b\x32\x14.fabrictwin.v1.Sweep\x12\x0c\n\x04seed\x18\x0c \x01(\x04\x12\x17\n\x0fstore_telemetry\x18\r \x01(\x08\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tmtu_bytes\x18\x0f \x01(\x05\x12\x14\n\x0c\x62uffer_bytes\x18\x10 \x01(\x03\x12\x19\n\x11switch_latency_ns\x18\x11 \x01(\x03\x12\x14\n\x0cheader_bytes\x18\x12 \x01(\x05\"W\n\x15\x43reateScenarioRequest\x12\x13\n\x0bscenario_id\x18\x01 \x01(\t\x12)\n\x08scenario\x18\x02 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\"\"\n\x12GetScenarioRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"=\n\x14ListScenariosRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x15ListScenariosResponse\x12*\n\tscenarios\x18\x01 \x03(\x0b\x32\x17.fabrictwin.v1.Scenario\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"s\n\x15UpdateScenarioRequest\x12)\n\x08scenario\x18\x01 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"%\n\x15\x44\x65leteScenarioRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteScenarioResponse\"6\n\x12RunScenarioRequest\x12\x10\n\x08scenario\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\x96\x04\n\nModeResult\x12\r\n\x05label\x18\x01 \x01(\t\x12\x34\n\x0eload_balancing\x18\x02 \x01(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12>\n\x0bsweep_point\x18\x03 \x03(\x0b\x32).fabrictwin.v1.ModeResult.SweepPointEntry\x12\x12\n\nsimulation\x18\x04 \x01(\t\x12&\n\x05state\x18\x05 \x01(\x0e\x32\x17.fabrictwin.v1.JobState\x12\x13\n\x0bmakespan_ns\x18\x06 \x01(\x03\x12\x12\n\nbusbw_gbps\x18\x07 \x01(\x01\x12\x1b\n\x13ideal_completion_ns\x18\x08 \x01(\x03\x12\x33\n\x0buplink_skew\x18\t \x01(\x0b\x32\x1e.fabrictwin.v1.UtilisationSkew\x12)\n\x05\x65rror\x18\n \x01(\x0b\x32\x1a.fabrictwin.v1.ErrorStatus\x12\x18\n\x10telemetry_source\x18\x0b \x01(\t\x12&\n\x04jobs\x18\x0c \x03(\x0b\x32\x18.fabrictwin.v1.JobResult\x12\x13\n\x0bmodel_notes\x18\r \x03(\t\x12\x17\n\x0frouting_version\x18\x0e \x01(\x03\x1a\x31\n\x0fSweepPointEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe0\x02\n\x03Run\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.JobState\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.fabrictwin.v1.Progress\x12*\n\x07results\x18\x04 \x03(\x0b\x32\x19.fabrictwin.v1.ModeResult\x12)\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1a.fabrictwin.v1.ErrorStatus\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08scenario\x18\x08 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\x12\x17\n\x0frouting_version\x18\t \x01(\x03\"\x1d\n\rGetRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"H\n\x0fListRunsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"M\n\x10ListRunsResponse\x12 \n\x04runs\x18\x01 \x03(\x0b\x32\x12.fabrictwin.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x0fWatchRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x12\x43ompareRunsRequest\x12\x0c\n\x04runs\x18\x01 \x03(\t\x12\x10\n\x08\x62\x61seline\x18\x02 \x01(\t\"\xfe\x01\n\rComparisonRow\x12\r\n\x05label\x18\x01 \x01(\t\x12\x13\n\x0bmakespan_ns\x18\x02 \x01(\x03\x12\x12\n\nbusbw_gbps\x18\x03 \x01(\x01\x12\x1c\n\x14slowdown_vs_baseline\x18\x04 \x01(\x01\x12\x19\n\x11slowdown_vs_ideal\x18\x05 \x01(\x01\x12\x1c\n\x14uplink_max_over_mean\x18\x06 \x01(\x01\x12\x18\n\x10uplink_share_hot\x18\x07 \x01(\x01\x12\x19\n\x11uplink_share_idle\x18\x08 \x01(\x01\x12)\n\x06result\x18\t \x01(\x0b\x32\x19.fabrictwin.v1.ModeResult\"[\n\nComparison\x12*\n\x04rows\x18\x01 \x03(\x0b\x32\x1c.fabrictwin.v1.ComparisonRow\x12\x10\n\x08\x62\x61seline\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\"^\n\x0f\x44iagnoseRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12,\n\ntime_range\x18\x02 \x01(\x0b\x32\x18.fabrictwin.v1.TimeRange\x12\r\n\x05ports\x18\x03 \x03(\t\"\xc1\x01\n\x07\x46inding\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.fabrictwin.v1.FindingKind\x12)\n\x08severity\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.Severity\x12\r\n\x05ports\x18\x03 \x03(\t\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\x12\x12\n\nsuggestion\x18\x05 \x01(\t\x12,\n\ntime_range\x18\x06 \x01(\x0b\x32\x18.fabrictwin.v1.TimeRange\"E\n\tDiagnosis\x12\x0e\n\x06source\x18\x01 \x01(\t\x12(\n\x08\x66indings\x18\x02 \x03(\x0b\x32\x16.fabrictwin.v1.Finding*\xae\x01\n\x0b\x46indingKind\x12\x1c\n\x18\x46INDING_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x46INDING_KIND_ECMP_PINNING\x10\x01\x12\x1b\n\x17\x46INDING_KIND_LOSSY_LINK\x10\x02\x12)\n%FINDING_KIND_PFC_CONGESTION_SPREADING\x10\x03\x12\x1a\n\x16\x46INDING_KIND_LINK_DOWN\x10\x04*d\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x15\n\x11SEVERITY_CRITICAL\x10\x03\x32\xdd\x06\n\x0fScenarioService\x12O\n\x0e\x43reateScenario\x12$.fabrictwin.v1.CreateScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12I\n\x0bGetScenario\x12!.fabrictwin.v1.GetScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12Z\n\rListScenarios\x12#.fabrictwin.v1.ListScenariosRequest\x1a$.fabrictwin.v1.ListScenariosResponse\x12O\n\x0eUpdateScenario\x12$.fabrictwin.v1.UpdateScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12]\n\x0e\x44\x65leteScenario\x12$.fabrictwin.v1.DeleteScenarioRequest\x1a%.fabrictwin.v1.DeleteScenarioResponse\x12\x44\n\x0bRunScenario\x12!.fabrictwin.v1.RunScenarioRequest\x1a\x12.fabrictwin.v1.Run\x12:\n\x06GetRun\x12\x1c.fabrictwin.v1.GetRunRequest\x1a\x12.fabrictwin.v1.Run\x12K\n\x08ListRuns\x12\x1e.fabrictwin.v1.ListRunsRequest\x1a\x1f.fabrictwin.v1.ListRunsResponse\x12@\n\x08WatchRun\x12\x1e.fabrictwin.v1.WatchRunRequest\x1a\x12.fabrictwin.v1.Run0\x01\x12K\n\x0b\x43ompareRuns\x12!.fabrictwin.v1.CompareRunsRequest\x1a\x19.fabrictwin.v1.Comparison\x12\x44\n\x08\x44iagnose\x12\x1e.fabrictwin.v1.DiagnoseRequest\x1a\x18.fabrictwin.v1.Diagnosisb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x66\x61\x62rictwin/v1/scenario.proto\x12\rfabrictwin.v1\x1a\x1a\x66\x61\x62rictwin/v1/common.proto\x1a\x1e\x66\x61\x62rictwin/v1/simulation.proto\x1a\x1c\x66\x61\x62rictwin/v1/topology.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"*\n\x05Sweep\x12\x11\n\tparameter\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x03(\t\"\xeb\x04\n\x08Scenario\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x0e\n\x06\x66\x61\x62ric\x18\x03 \x01(\t\x12 \n\x04jobs\x18\x04 \x03(\x0b\x32\x12.fabrictwin.v1.Job\x12+\n\x05modes\x18\x05 \x03(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12)\n\x08\x66idelity\x18\x06 \x01(\x0e\x32\x17.fabrictwin.v1.Fidelity\x12+\n\ttransport\x18\x07 \x01(\x0e\x32\x18.fabrictwin.v1.Transport\x12\'\n\x04roce\x18\x08 \x01(\x0b\x32\x19.fabrictwin.v1.RoceConfig\x12\x33\n\ninfiniband\x18\t \x01(\x0b\x32\x1f.fabrictwin.v1.InfinibandConfig\x12$\n\x06\x66\x61ults\x18\n \x03(\x0b\x32\x14.fabrictwin.v1.Fault\x12$\n\x06sweeps\x18\x0b \x03(\x0b\x32\x14.fabrictwin.v1.Sweep\x12\x0c\n\x04seed\x18\x0c \x01(\x04\x12\x17\n\x0fstore_telemetry\x18\r \x01(\x08\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tmtu_bytes\x18\x0f \x01(\x05\x12\x14\n\x0c\x62uffer_bytes\x18\x10 \x01(\x03\x12\x19\n\x11switch_latency_ns\x18\x11 \x01(\x03\x12\x14\n\x0cheader_bytes\x18\x12 \x01(\x05\x12(\n\x08variants\x18\x13 \x03(\x0b\x32\x16.fabrictwin.v1.Variant\"\x80\x01\n\x07Variant\x12\r\n\x05label\x18\x01 \x01(\t\x12\x34\n\x0eload_balancing\x18\x02 \x01(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12\x30\n\x0c\x66\x61\x62ric_state\x18\x03 \x01(\x0b\x32\x1a.fabrictwin.v1.FabricState\"\xdf\x01\n\x10RunWhatIfRequest\x12\x13\n\x0bscenario_id\x18\x01 \x01(\t\x12)\n\x08scenario\x18\x02 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\x12\x14\n\x0crepair_links\x18\x03 \x03(\t\x12\x35\n\x0frouting_engines\x18\x04 \x03(\x0e\x32\x1c.fabrictwin.v1.RoutingEngine\x12+\n\x05modes\x18\x05 \x03(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12\x11\n\tall_clean\x18\x06 \x01(\x08\"W\n\x15\x43reateScenarioRequest\x12\x13\n\x0bscenario_id\x18\x01 \x01(\t\x12)\n\x08scenario\x18\x02 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\"\"\n\x12GetScenarioRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"_\n\x14ListScenariosRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x03 \x01(\t\x12\x10\n\x08order_by\x18\x04 \x01(\t\"\\\n\x15ListScenariosResponse\x12*\n\tscenarios\x18\x01 \x03(\x0b\x32\x17.fabrictwin.v1.Scenario\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"s\n\x15UpdateScenarioRequest\x12)\n\x08scenario\x18\x01 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"%\n\x15\x44\x65leteScenarioRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x18\n\x16\x44\x65leteScenarioResponse\"6\n\x12RunScenarioRequest\x12\x10\n\x08scenario\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"\xc8\x04\n\nModeResult\x12\r\n\x05label\x18\x01 \x01(\t\x12\x34\n\x0eload_balancing\x18\x02 \x01(\x0b\x32\x1c.fabrictwin.v1.LoadBalancing\x12>\n\x0bsweep_point\x18\x03 \x03(\x0b\x32).fabrictwin.v1.ModeResult.SweepPointEntry\x12\x12\n\nsimulation\x18\x04 \x01(\t\x12&\n\x05state\x18\x05 \x01(\x0e\x32\x17.fabrictwin.v1.JobState\x12\x13\n\x0bmakespan_ns\x18\x06 \x01(\x03\x12\x12\n\nbusbw_gbps\x18\x07 \x01(\x01\x12\x1b\n\x13ideal_completion_ns\x18\x08 \x01(\x03\x12\x33\n\x0buplink_skew\x18\t \x01(\x0b\x32\x1e.fabrictwin.v1.UtilisationSkew\x12)\n\x05\x65rror\x18\n \x01(\x0b\x32\x1a.fabrictwin.v1.ErrorStatus\x12\x18\n\x10telemetry_source\x18\x0b \x01(\t\x12&\n\x04jobs\x18\x0c \x03(\x0b\x32\x18.fabrictwin.v1.JobResult\x12\x13\n\x0bmodel_notes\x18\r \x03(\t\x12\x17\n\x0frouting_version\x18\x0e \x01(\x03\x12\x30\n\x0c\x66\x61\x62ric_state\x18\x0f \x01(\x0b\x32\x1a.fabrictwin.v1.FabricState\x1a\x31\n\x0fSweepPointEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe0\x02\n\x03Run\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.JobState\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.fabrictwin.v1.Progress\x12*\n\x07results\x18\x04 \x03(\x0b\x32\x19.fabrictwin.v1.ModeResult\x12)\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1a.fabrictwin.v1.ErrorStatus\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08scenario\x18\x08 \x01(\x0b\x32\x17.fabrictwin.v1.Scenario\x12\x17\n\x0frouting_version\x18\t \x01(\x03\"\x1d\n\rGetRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"j\n\x0fListRunsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06\x66ilter\x18\x04 \x01(\t\x12\x10\n\x08order_by\x18\x05 \x01(\t\"M\n\x10ListRunsResponse\x12 \n\x04runs\x18\x01 \x03(\x0b\x32\x12.fabrictwin.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x1f\n\x0fWatchRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\" \n\x10\x43\x61ncelRunRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x12\x43ompareRunsRequest\x12\x0c\n\x04runs\x18\x01 \x03(\t\x12\x10\n\x08\x62\x61seline\x18\x02 \x01(\t\"\xfe\x01\n\rComparisonRow\x12\r\n\x05label\x18\x01 \x01(\t\x12\x13\n\x0bmakespan_ns\x18\x02 \x01(\x03\x12\x12\n\nbusbw_gbps\x18\x03 \x01(\x01\x12\x1c\n\x14slowdown_vs_baseline\x18\x04 \x01(\x01\x12\x19\n\x11slowdown_vs_ideal\x18\x05 \x01(\x01\x12\x1c\n\x14uplink_max_over_mean\x18\x06 \x01(\x01\x12\x18\n\x10uplink_share_hot\x18\x07 \x01(\x01\x12\x19\n\x11uplink_share_idle\x18\x08 \x01(\x01\x12)\n\x06result\x18\t \x01(\x0b\x32\x19.fabrictwin.v1.ModeResult\"[\n\nComparison\x12*\n\x04rows\x18\x01 \x03(\x0b\x32\x1c.fabrictwin.v1.ComparisonRow\x12\x10\n\x08\x62\x61seline\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\"^\n\x0f\x44iagnoseRequest\x12\x0e\n\x06source\x18\x01 \x01(\t\x12,\n\ntime_range\x18\x02 \x01(\x0b\x32\x18.fabrictwin.v1.TimeRange\x12\r\n\x05ports\x18\x03 \x03(\t\"\xc1\x01\n\x07\x46inding\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.fabrictwin.v1.FindingKind\x12)\n\x08severity\x18\x02 \x01(\x0e\x32\x17.fabrictwin.v1.Severity\x12\r\n\x05ports\x18\x03 \x03(\t\x12\x10\n\x08\x65vidence\x18\x04 \x01(\t\x12\x12\n\nsuggestion\x18\x05 \x01(\t\x12,\n\ntime_range\x18\x06 \x01(\x0b\x32\x18.fabrictwin.v1.TimeRange\"E\n\tDiagnosis\x12\x0e\n\x06source\x18\x01 \x01(\t\x12(\n\x08\x66indings\x18\x02 \x03(\x0b\x32\x16.fabrictwin.v1.Finding*\xae\x01\n\x0b\x46indingKind\x12\x1c\n\x18\x46INDING_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x46INDING_KIND_ECMP_PINNING\x10\x01\x12\x1b\n\x17\x46INDING_KIND_LOSSY_LINK\x10\x02\x12)\n%FINDING_KIND_PFC_CONGESTION_SPREADING\x10\x03\x12\x1a\n\x16\x46INDING_KIND_LINK_DOWN\x10\x04*d\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x15\n\x11SEVERITY_CRITICAL\x10\x03\x32\xe1\x07\n\x0fScenarioService\x12O\n\x0e\x43reateScenario\x12$.fabrictwin.v1.CreateScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12I\n\x0bGetScenario\x12!.fabrictwin.v1.GetScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12Z\n\rListScenarios\x12#.fabrictwin.v1.ListScenariosRequest\x1a$.fabrictwin.v1.ListScenariosResponse\x12O\n\x0eUpdateScenario\x12$.fabrictwin.v1.UpdateScenarioRequest\x1a\x17.fabrictwin.v1.Scenario\x12]\n\x0e\x44\x65leteScenario\x12$.fabrictwin.v1.DeleteScenarioRequest\x1a%.fabrictwin.v1.DeleteScenarioResponse\x12\x44\n\x0bRunScenario\x12!.fabrictwin.v1.RunScenarioRequest\x1a\x12.fabrictwin.v1.Run\x12:\n\x06GetRun\x12\x1c.fabrictwin.v1.GetRunRequest\x1a\x12.fabrictwin.v1.Run\x12K\n\x08ListRuns\x12\x1e.fabrictwin.v1.ListRunsRequest\x1a\x1f.fabrictwin.v1.ListRunsResponse\x12@\n\x08WatchRun\x12\x1e.fabrictwin.v1.WatchRunRequest\x1a\x12.fabrictwin.v1.Run0\x01\x12@\n\tCancelRun\x12\x1f.fabrictwin.v1.CancelRunRequest\x1a\x12.fabrictwin.v1.Run\x12@\n\tRunWhatIf\x12\x1f.fabrictwin.v1.RunWhatIfRequest\x1a\x12.fabrictwin.v1.Run\x12K\n\x0b\x43ompareRuns\x12!.fabrictwin.v1.CompareRunsRequest\x1a\x19.fabrictwin.v1.Comparison\x12\x44\n\x08\x44iagnose\x12\x1e.fabrictwin.v1.DiagnoseRequest\x1a\x18.fabrictwin.v1.Diagnosisb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,56 +38,62 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODERESULT_SWEEPPOINTENTRY']._loaded_options = None
   _globals['_MODERESULT_SWEEPPOINTENTRY']._serialized_options = b'8\001'
-  _globals['_FINDINGKIND']._serialized_start=3195
-  _globals['_FINDINGKIND']._serialized_end=3369
-  _globals['_SEVERITY']._serialized_start=3371
-  _globals['_SEVERITY']._serialized_end=3471
-  _globals['_SWEEP']._serialized_start=174
-  _globals['_SWEEP']._serialized_end=216
-  _globals['_SCENARIO']._serialized_start=219
-  _globals['_SCENARIO']._serialized_end=796
-  _globals['_CREATESCENARIOREQUEST']._serialized_start=798
-  _globals['_CREATESCENARIOREQUEST']._serialized_end=885
-  _globals['_GETSCENARIOREQUEST']._serialized_start=887
-  _globals['_GETSCENARIOREQUEST']._serialized_end=921
-  _globals['_LISTSCENARIOSREQUEST']._serialized_start=923
-  _globals['_LISTSCENARIOSREQUEST']._serialized_end=984
-  _globals['_LISTSCENARIOSRESPONSE']._serialized_start=986
-  _globals['_LISTSCENARIOSRESPONSE']._serialized_end=1078
-  _globals['_UPDATESCENARIOREQUEST']._serialized_start=1080
-  _globals['_UPDATESCENARIOREQUEST']._serialized_end=1195
-  _globals['_DELETESCENARIOREQUEST']._serialized_start=1197
-  _globals['_DELETESCENARIOREQUEST']._serialized_end=1234
-  _globals['_DELETESCENARIORESPONSE']._serialized_start=1236
-  _globals['_DELETESCENARIORESPONSE']._serialized_end=1260
-  _globals['_RUNSCENARIOREQUEST']._serialized_start=1262
-  _globals['_RUNSCENARIOREQUEST']._serialized_end=1316
-  _globals['_MODERESULT']._serialized_start=1319
-  _globals['_MODERESULT']._serialized_end=1853
-  _globals['_MODERESULT_SWEEPPOINTENTRY']._serialized_start=1804
-  _globals['_MODERESULT_SWEEPPOINTENTRY']._serialized_end=1853
-  _globals['_RUN']._serialized_start=1856
-  _globals['_RUN']._serialized_end=2208
-  _globals['_GETRUNREQUEST']._serialized_start=2210
-  _globals['_GETRUNREQUEST']._serialized_end=2239
-  _globals['_LISTRUNSREQUEST']._serialized_start=2241
-  _globals['_LISTRUNSREQUEST']._serialized_end=2313
-  _globals['_LISTRUNSRESPONSE']._serialized_start=2315
-  _globals['_LISTRUNSRESPONSE']._serialized_end=2392
-  _globals['_WATCHRUNREQUEST']._serialized_start=2394
-  _globals['_WATCHRUNREQUEST']._serialized_end=2425
-  _globals['_COMPARERUNSREQUEST']._serialized_start=2427
-  _globals['_COMPARERUNSREQUEST']._serialized_end=2479
-  _globals['_COMPARISONROW']._serialized_start=2482
-  _globals['_COMPARISONROW']._serialized_end=2736
-  _globals['_COMPARISON']._serialized_start=2738
-  _globals['_COMPARISON']._serialized_end=2829
-  _globals['_DIAGNOSEREQUEST']._serialized_start=2831
-  _globals['_DIAGNOSEREQUEST']._serialized_end=2925
-  _globals['_FINDING']._serialized_start=2928
-  _globals['_FINDING']._serialized_end=3121
-  _globals['_DIAGNOSIS']._serialized_start=3123
-  _globals['_DIAGNOSIS']._serialized_end=3192
-  _globals['_SCENARIOSERVICE']._serialized_start=3474
-  _globals['_SCENARIOSERVICE']._serialized_end=4335
+  _globals['_FINDINGKIND']._serialized_start=3776
+  _globals['_FINDINGKIND']._serialized_end=3950
+  _globals['_SEVERITY']._serialized_start=3952
+  _globals['_SEVERITY']._serialized_end=4052
+  _globals['_SWEEP']._serialized_start=204
+  _globals['_SWEEP']._serialized_end=246
+  _globals['_SCENARIO']._serialized_start=249
+  _globals['_SCENARIO']._serialized_end=868
+  _globals['_VARIANT']._serialized_start=871
+  _globals['_VARIANT']._serialized_end=999
+  _globals['_RUNWHATIFREQUEST']._serialized_start=1002
+  _globals['_RUNWHATIFREQUEST']._serialized_end=1225
+  _globals['_CREATESCENARIOREQUEST']._serialized_start=1227
+  _globals['_CREATESCENARIOREQUEST']._serialized_end=1314
+  _globals['_GETSCENARIOREQUEST']._serialized_start=1316
+  _globals['_GETSCENARIOREQUEST']._serialized_end=1350
+  _globals['_LISTSCENARIOSREQUEST']._serialized_start=1352
+  _globals['_LISTSCENARIOSREQUEST']._serialized_end=1447
+  _globals['_LISTSCENARIOSRESPONSE']._serialized_start=1449
+  _globals['_LISTSCENARIOSRESPONSE']._serialized_end=1541
+  _globals['_UPDATESCENARIOREQUEST']._serialized_start=1543
+  _globals['_UPDATESCENARIOREQUEST']._serialized_end=1658
+  _globals['_DELETESCENARIOREQUEST']._serialized_start=1660
+  _globals['_DELETESCENARIOREQUEST']._serialized_end=1697
+  _globals['_DELETESCENARIORESPONSE']._serialized_start=1699
+  _globals['_DELETESCENARIORESPONSE']._serialized_end=1723
+  _globals['_RUNSCENARIOREQUEST']._serialized_start=1725
+  _globals['_RUNSCENARIOREQUEST']._serialized_end=1779
+  _globals['_MODERESULT']._serialized_start=1782
+  _globals['_MODERESULT']._serialized_end=2366
+  _globals['_MODERESULT_SWEEPPOINTENTRY']._serialized_start=2317
+  _globals['_MODERESULT_SWEEPPOINTENTRY']._serialized_end=2366
+  _globals['_RUN']._serialized_start=2369
+  _globals['_RUN']._serialized_end=2721
+  _globals['_GETRUNREQUEST']._serialized_start=2723
+  _globals['_GETRUNREQUEST']._serialized_end=2752
+  _globals['_LISTRUNSREQUEST']._serialized_start=2754
+  _globals['_LISTRUNSREQUEST']._serialized_end=2860
+  _globals['_LISTRUNSRESPONSE']._serialized_start=2862
+  _globals['_LISTRUNSRESPONSE']._serialized_end=2939
+  _globals['_WATCHRUNREQUEST']._serialized_start=2941
+  _globals['_WATCHRUNREQUEST']._serialized_end=2972
+  _globals['_CANCELRUNREQUEST']._serialized_start=2974
+  _globals['_CANCELRUNREQUEST']._serialized_end=3006
+  _globals['_COMPARERUNSREQUEST']._serialized_start=3008
+  _globals['_COMPARERUNSREQUEST']._serialized_end=3060
+  _globals['_COMPARISONROW']._serialized_start=3063
+  _globals['_COMPARISONROW']._serialized_end=3317
+  _globals['_COMPARISON']._serialized_start=3319
+  _globals['_COMPARISON']._serialized_end=3410
+  _globals['_DIAGNOSEREQUEST']._serialized_start=3412
+  _globals['_DIAGNOSEREQUEST']._serialized_end=3506
+  _globals['_FINDING']._serialized_start=3509
+  _globals['_FINDING']._serialized_end=3702
+  _globals['_DIAGNOSIS']._serialized_start=3704
+  _globals['_DIAGNOSIS']._serialized_end=3773
+  _globals['_SCENARIOSERVICE']._serialized_start=4055
+  _globals['_SCENARIOSERVICE']._serialized_end=5048
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from fabrictwin.v1 import common_pb2 as _common_pb2
 from fabrictwin.v1 import simulation_pb2 as _simulation_pb2
+from fabrictwin.v1 import topology_pb2 as _topology_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
@@ -131,6 +132,7 @@ class Scenario(_message.Message):
     BUFFER_BYTES_FIELD_NUMBER: _builtins.int
     SWITCH_LATENCY_NS_FIELD_NUMBER: _builtins.int
     HEADER_BYTES_FIELD_NUMBER: _builtins.int
+    VARIANTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name."""
     display_name: _builtins.str
@@ -183,6 +185,12 @@ class Scenario(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Created."""
 
+    @_builtins.property
+    def variants(self) -> _containers.RepeatedCompositeFieldContainer[Global___Variant]:
+        """What-if variants: when given, a run starts one simulation per variant (and sweep point) instead
+        of one per mode; a variant without load balancing takes the first of `modes`.
+        """
+
     def __init__(
         self,
         *,
@@ -204,14 +212,101 @@ class Scenario(_message.Message):
         buffer_bytes: _builtins.int = ...,
         switch_latency_ns: _builtins.int = ...,
         header_bytes: _builtins.int = ...,
+        variants: _abc.Iterable[Global___Variant] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "infiniband", b"infiniband", "roce", b"roce"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "modes", b"modes", "mtu_bytes", b"mtu_bytes", "name", b"name", "roce", b"roce", "seed", b"seed", "store_telemetry", b"store_telemetry", "sweeps", b"sweeps", "switch_latency_ns", b"switch_latency_ns", "transport", b"transport"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_bytes", b"buffer_bytes", "create_time", b"create_time", "display_name", b"display_name", "fabric", b"fabric", "faults", b"faults", "fidelity", b"fidelity", "header_bytes", b"header_bytes", "infiniband", b"infiniband", "jobs", b"jobs", "modes", b"modes", "mtu_bytes", b"mtu_bytes", "name", b"name", "roce", b"roce", "seed", b"seed", "store_telemetry", b"store_telemetry", "sweeps", b"sweeps", "switch_latency_ns", b"switch_latency_ns", "transport", b"transport", "variants", b"variants"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Scenario: _TypeAlias = Scenario  # noqa: Y015
+
+@_typing.final
+class Variant(_message.Message):
+    """One variant of a scenario: its jobs on a changed fabric and/or with another load balancing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LABEL_FIELD_NUMBER: _builtins.int
+    LOAD_BALANCING_FIELD_NUMBER: _builtins.int
+    FABRIC_STATE_FIELD_NUMBER: _builtins.int
+    label: _builtins.str
+    """Label in results and comparisons; required, unique in the scenario, at most 128 characters."""
+    @_builtins.property
+    def load_balancing(self) -> _common_pb2.LoadBalancing:
+        """Load balancing; unset: the scenario's first mode."""
+
+    @_builtins.property
+    def fabric_state(self) -> _simulation_pb2.FabricState:
+        """The fabric it runs on (repaired links, a clean fabric, another routing engine)."""
+
+    def __init__(
+        self,
+        *,
+        label: _builtins.str = ...,
+        load_balancing: _common_pb2.LoadBalancing | None = ...,
+        fabric_state: _simulation_pb2.FabricState | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fabric_state", b"fabric_state", "load_balancing", b"load_balancing"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabric_state", b"fabric_state", "label", b"label", "load_balancing", b"load_balancing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Variant: _TypeAlias = Variant  # noqa: Y015
+
+@_typing.final
+class RunWhatIfRequest(_message.Message):
+    """Request of RunWhatIf."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCENARIO_ID_FIELD_NUMBER: _builtins.int
+    SCENARIO_FIELD_NUMBER: _builtins.int
+    REPAIR_LINKS_FIELD_NUMBER: _builtins.int
+    ROUTING_ENGINES_FIELD_NUMBER: _builtins.int
+    MODES_FIELD_NUMBER: _builtins.int
+    ALL_CLEAN_FIELD_NUMBER: _builtins.int
+    scenario_id: _builtins.str
+    """Id of the scenario it creates; generated if empty."""
+    all_clean: _builtins.bool
+    """A variant on a clean fabric (every link UP, no bit errors): `all links clean`."""
+    @_builtins.property
+    def scenario(self) -> Global___Scenario:
+        """The fabric, jobs, transport and settings; `modes[0]` is the load balancing of `as-is`; its
+        `variants` must be empty (they are built from the changes below).
+        """
+
+    @_builtins.property
+    def repair_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Links to repair (index or display name): a variant per link, `repair <link>`."""
+
+    @_builtins.property
+    def routing_engines(self) -> _containers.RepeatedScalarFieldContainer[_topology_pb2.RoutingEngine.ValueType]:
+        """Routing engines to try: a variant per engine, `routing <engine>`."""
+
+    @_builtins.property
+    def modes(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.LoadBalancing]:
+        """Load-balancing modes to try: a variant per mode, labelled as the mode."""
+
+    def __init__(
+        self,
+        *,
+        scenario_id: _builtins.str = ...,
+        scenario: Global___Scenario | None = ...,
+        repair_links: _abc.Iterable[_builtins.str] | None = ...,
+        routing_engines: _abc.Iterable[_topology_pb2.RoutingEngine.ValueType] | None = ...,
+        modes: _abc.Iterable[_common_pb2.LoadBalancing] | None = ...,
+        all_clean: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scenario", b"scenario"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_clean", b"all_clean", "modes", b"modes", "repair_links", b"repair_links", "routing_engines", b"routing_engines", "scenario", b"scenario", "scenario_id", b"scenario_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunWhatIfRequest: _TypeAlias = RunWhatIfRequest  # noqa: Y015
 
 @_typing.final
 class CreateScenarioRequest(_message.Message):
@@ -271,19 +366,29 @@ class ListScenariosRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum per page (default 50)."""
     page_token: _builtins.str
     """Token from a previous page."""
+    filter: _builtins.str
+    """AIP-160 filter over the listed resources' fields, e.g. `state = SUCCEEDED AND create_time >
+    "2026-11-30T00:00:00Z"`, `labels.site = "a"`, `display_name : "pod"` (docs: services/common/listing.py).
+    """
+    order_by: _builtins.str
+    """AIP-132 order, e.g. `create_time desc, display_name` (default: the service's own order)."""
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -452,6 +557,7 @@ class ModeResult(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     MODEL_NOTES_FIELD_NUMBER: _builtins.int
     ROUTING_VERSION_FIELD_NUMBER: _builtins.int
+    FABRIC_STATE_FIELD_NUMBER: _builtins.int
     label: _builtins.str
     """Mode label."""
     simulation: _builtins.str
@@ -494,6 +600,10 @@ class ModeResult(_message.Message):
     def model_notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Notes from the engine on how the mode was modelled."""
 
+    @_builtins.property
+    def fabric_state(self) -> _simulation_pb2.FabricState:
+        """The fabric it ran on (a variant's repairs or routing engine; empty: as stored)."""
+
     def __init__(
         self,
         *,
@@ -511,10 +621,11 @@ class ModeResult(_message.Message):
         jobs: _abc.Iterable[_simulation_pb2.JobResult] | None = ...,
         model_notes: _abc.Iterable[_builtins.str] | None = ...,
         routing_version: _builtins.int = ...,
+        fabric_state: _simulation_pb2.FabricState | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "load_balancing", b"load_balancing", "uplink_skew", b"uplink_skew"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "fabric_state", b"fabric_state", "load_balancing", b"load_balancing", "uplink_skew", b"uplink_skew"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["busbw_gbps", b"busbw_gbps", "error", b"error", "ideal_completion_ns", b"ideal_completion_ns", "jobs", b"jobs", "label", b"label", "load_balancing", b"load_balancing", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "routing_version", b"routing_version", "simulation", b"simulation", "state", b"state", "sweep_point", b"sweep_point", "telemetry_source", b"telemetry_source", "uplink_skew", b"uplink_skew"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busbw_gbps", b"busbw_gbps", "error", b"error", "fabric_state", b"fabric_state", "ideal_completion_ns", b"ideal_completion_ns", "jobs", b"jobs", "label", b"label", "load_balancing", b"load_balancing", "makespan_ns", b"makespan_ns", "model_notes", b"model_notes", "routing_version", b"routing_version", "simulation", b"simulation", "state", b"state", "sweep_point", b"sweep_point", "telemetry_source", b"telemetry_source", "uplink_skew", b"uplink_skew"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -540,9 +651,11 @@ class Run(_message.Message):
     state: _common_pb2.JobState.ValueType
     """Lifecycle."""
     routing_version: _builtins.int
-    """Routing version of the fabric when the run started: every simulation of the run runs on it. If
-    the fabric's routes change during the run, the simulations that would run on the new routes are
-    not run: they fail with FAILED_PRECONDITION rather than compare modes on different routes.
+    """Routing version of the fabric when the run started: every simulation of the run is sent it
+    (SimulationSpec.routing_version) and runs on those routes, even if the fabric's routes change
+    during the run (the topology service holds recent versions). A simulation whose version is no
+    longer held, or that would run on other routes, fails with FAILED_PRECONDITION: a run never
+    compares modes on different routes.
     """
     @_builtins.property
     def progress(self) -> _common_pb2.Progress:
@@ -620,22 +733,32 @@ class ListRunsRequest(_message.Message):
     PARENT_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     parent: _builtins.str
     """`scenarios/{scenario}`; `scenarios/-` lists runs of every scenario."""
     page_size: _builtins.int
     """Maximum per page (default 50)."""
     page_token: _builtins.str
     """Token from a previous page."""
+    filter: _builtins.str
+    """AIP-160 filter over the listed resources' fields, e.g. `state = SUCCEEDED AND create_time >
+    "2026-11-30T00:00:00Z"`, `labels.site = "a"`, `display_name : "pod"` (docs: services/common/listing.py).
+    """
+    order_by: _builtins.str
+    """AIP-132 order, e.g. `create_time desc, display_name` (default: the service's own order)."""
     def __init__(
         self,
         *,
         parent: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -690,6 +813,28 @@ class WatchRunRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchRunRequest: _TypeAlias = WatchRunRequest  # noqa: Y015
+
+@_typing.final
+class CancelRunRequest(_message.Message):
+    """Request of CancelRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """`scenarios/{scenario}/runs/{run}`."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelRunRequest: _TypeAlias = CancelRunRequest  # noqa: Y015
 
 @_typing.final
 class CompareRunsRequest(_message.Message):

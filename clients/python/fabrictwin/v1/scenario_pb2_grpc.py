@@ -81,6 +81,16 @@ class ScenarioServiceStub:
                 request_serializer=fabrictwin_dot_v1_dot_scenario__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
                 _registered_method=True)
+        self.CancelRun = channel.unary_unary(
+                '/fabrictwin.v1.ScenarioService/CancelRun',
+                request_serializer=fabrictwin_dot_v1_dot_scenario__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
+                _registered_method=True)
+        self.RunWhatIf = channel.unary_unary(
+                '/fabrictwin.v1.ScenarioService/RunWhatIf',
+                request_serializer=fabrictwin_dot_v1_dot_scenario__pb2.RunWhatIfRequest.SerializeToString,
+                response_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
+                _registered_method=True)
         self.CompareRuns = channel.unary_unary(
                 '/fabrictwin.v1.ScenarioService/CompareRuns',
                 request_serializer=fabrictwin_dot_v1_dot_scenario__pb2.CompareRunsRequest.SerializeToString,
@@ -164,6 +174,25 @@ class ScenarioServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelRun(self, request, context):
+        """Cancels a run: its simulations still pending or running are cancelled on their simulators and
+        the run ends CANCELLED (results already finished are kept). A finished run is returned as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunWhatIf(self, request, context):
+        """What-if as one request: creates a scenario that runs the jobs on the fabric as it is now
+        (`as-is`) and once per change (each repaired link, routing engine, load-balancing mode, or a
+        clean fabric), plus all the changes together when there are several, and starts its run. Every
+        variant runs on the routing version current at the request. CompareRuns on the run, baseline
+        `as-is`, says what each change buys.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CompareRuns(self, request, context):
         """Compares the mode results of one or more runs side by side.
         """
@@ -224,6 +253,16 @@ def add_ScenarioServiceServicer_to_server(servicer, server):
             'WatchRun': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchRun,
                     request_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.WatchRunRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.SerializeToString,
+            ),
+            'CancelRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRun,
+                    request_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.CancelRunRequest.FromString,
+                    response_serializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.SerializeToString,
+            ),
+            'RunWhatIf': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunWhatIf,
+                    request_deserializer=fabrictwin_dot_v1_dot_scenario__pb2.RunWhatIfRequest.FromString,
                     response_serializer=fabrictwin_dot_v1_dot_scenario__pb2.Run.SerializeToString,
             ),
             'CompareRuns': grpc.unary_unary_rpc_method_handler(
@@ -481,6 +520,60 @@ class ScenarioService:
             target,
             '/fabrictwin.v1.ScenarioService/WatchRun',
             fabrictwin_dot_v1_dot_scenario__pb2.WatchRunRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabrictwin.v1.ScenarioService/CancelRun',
+            fabrictwin_dot_v1_dot_scenario__pb2.CancelRunRequest.SerializeToString,
+            fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunWhatIf(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fabrictwin.v1.ScenarioService/RunWhatIf',
+            fabrictwin_dot_v1_dot_scenario__pb2.RunWhatIfRequest.SerializeToString,
             fabrictwin_dot_v1_dot_scenario__pb2.Run.FromString,
             options,
             channel_credentials,

@@ -58,6 +58,17 @@ class ScenarioServiceStub:
     """Lists the runs of a scenario, newest first, paged."""
     WatchRun: _grpc.UnaryStreamMultiCallable[_scenario_pb2.WatchRunRequest, _scenario_pb2.Run]
     """Streams a run each time it changes, until it is done."""
+    CancelRun: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.CancelRunRequest, _scenario_pb2.Run]
+    """Cancels a run: its simulations still pending or running are cancelled on their simulators and
+    the run ends CANCELLED (results already finished are kept). A finished run is returned as it is.
+    """
+    RunWhatIf: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.RunWhatIfRequest, _scenario_pb2.Run]
+    """What-if as one request: creates a scenario that runs the jobs on the fabric as it is now
+    (`as-is`) and once per change (each repaired link, routing engine, load-balancing mode, or a
+    clean fabric), plus all the changes together when there are several, and starts its run. Every
+    variant runs on the routing version current at the request. CompareRuns on the run, baseline
+    `as-is`, says what each change buys.
+    """
     CompareRuns: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.CompareRunsRequest, _scenario_pb2.Comparison]
     """Compares the mode results of one or more runs side by side."""
     Diagnose: _grpc.UnaryUnaryMultiCallable[_scenario_pb2.DiagnoseRequest, _scenario_pb2.Diagnosis]
@@ -93,6 +104,17 @@ class ScenarioServiceAsyncStub(ScenarioServiceStub):
     """Lists the runs of a scenario, newest first, paged."""
     WatchRun: _aio.UnaryStreamMultiCallable[_scenario_pb2.WatchRunRequest, _scenario_pb2.Run]  # type: ignore[assignment]
     """Streams a run each time it changes, until it is done."""
+    CancelRun: _aio.UnaryUnaryMultiCallable[_scenario_pb2.CancelRunRequest, _scenario_pb2.Run]  # type: ignore[assignment]
+    """Cancels a run: its simulations still pending or running are cancelled on their simulators and
+    the run ends CANCELLED (results already finished are kept). A finished run is returned as it is.
+    """
+    RunWhatIf: _aio.UnaryUnaryMultiCallable[_scenario_pb2.RunWhatIfRequest, _scenario_pb2.Run]  # type: ignore[assignment]
+    """What-if as one request: creates a scenario that runs the jobs on the fabric as it is now
+    (`as-is`) and once per change (each repaired link, routing engine, load-balancing mode, or a
+    clean fabric), plus all the changes together when there are several, and starts its run. Every
+    variant runs on the routing version current at the request. CompareRuns on the run, baseline
+    `as-is`, says what each change buys.
+    """
     CompareRuns: _aio.UnaryUnaryMultiCallable[_scenario_pb2.CompareRunsRequest, _scenario_pb2.Comparison]  # type: ignore[assignment]
     """Compares the mode results of one or more runs side by side."""
     Diagnose: _aio.UnaryUnaryMultiCallable[_scenario_pb2.DiagnoseRequest, _scenario_pb2.Diagnosis]  # type: ignore[assignment]
@@ -179,6 +201,29 @@ class ScenarioServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_scenario_pb2.Run], _abc.AsyncIterator[_scenario_pb2.Run]]:
         """Streams a run each time it changes, until it is done."""
+
+    @_abc_1.abstractmethod
+    def CancelRun(
+        self,
+        request: _scenario_pb2.CancelRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scenario_pb2.Run, _abc.Awaitable[_scenario_pb2.Run]]:
+        """Cancels a run: its simulations still pending or running are cancelled on their simulators and
+        the run ends CANCELLED (results already finished are kept). A finished run is returned as it is.
+        """
+
+    @_abc_1.abstractmethod
+    def RunWhatIf(
+        self,
+        request: _scenario_pb2.RunWhatIfRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_scenario_pb2.Run, _abc.Awaitable[_scenario_pb2.Run]]:
+        """What-if as one request: creates a scenario that runs the jobs on the fabric as it is now
+        (`as-is`) and once per change (each repaired link, routing engine, load-balancing mode, or a
+        clean fabric), plus all the changes together when there are several, and starts its run. Every
+        variant runs on the routing version current at the request. CompareRuns on the run, baseline
+        `as-is`, says what each change buys.
+        """
 
     @_abc_1.abstractmethod
     def CompareRuns(

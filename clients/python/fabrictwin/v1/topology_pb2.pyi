@@ -705,19 +705,29 @@ class ListFabricsRequest(_message.Message):
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum fabrics per page (default 50, at most 1000)."""
     page_token: _builtins.str
     """Token from a previous page."""
+    filter: _builtins.str
+    """AIP-160 filter over the listed resources' fields, e.g. `state = SUCCEEDED AND create_time >
+    "2026-11-30T00:00:00Z"`, `labels.site = "a"`, `display_name : "pod"` (docs: services/common/listing.py).
+    """
+    order_by: _builtins.str
+    """AIP-132 order, e.g. `create_time desc, display_name` (default: the service's own order)."""
     def __init__(
         self,
         *,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
