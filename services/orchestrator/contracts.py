@@ -40,6 +40,10 @@ class TopologyPeer(Protocol):
         """The fabric and its current routing version; NotFound naming `scenario.fabric`."""
         ...
 
+    async def has_link(self, fabric: str, link: str) -> bool:
+        """Whether `link` (an index or a display name) is a link of `fabric`."""
+        ...
+
 
 class SimulatorPeer(Protocol):
     """Starts simulations on a replica that can take them and follows each on its replica."""

@@ -51,6 +51,17 @@ class GrpcTopology:
             raise domain_error(exc, "topology", "scenario.fabric") from exc
         return FabricInfo(fabric.name, fabric.routing_version)
 
+    async def has_link(self, fabric: str, link: str) -> bool:
+        try:
+            await self.stub.GetLink(
+                topology_pb2.GetLinkRequest(name=f"{fabric}/links/{link}"), timeout=30, metadata=self.metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                return False
+            raise domain_error(exc, "topology", "scenario.fabric") from exc
+        return True
+
 
 class GrpcSimulatorPeer:
     """The run's SimulatorPeer over the simulator replicas (`GrpcSimulators`: placement, failover)."""

@@ -126,8 +126,19 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         scenario = scenario_from_proto(request.scenario)
         check_run_size(scenario, self.max_simulations_per_run)
         await self.topology.get_fabric(scenario.fabric)
+        await self._check_repairs(request.scenario)
         created = await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
         return scenario_to_proto(created)
+
+    async def _check_repairs(self, scenario: scenario_pb2.Scenario) -> None:
+        """Every variant's repaired links are links of the fabric (INVALID_ARGUMENT naming one)."""
+        for i, variant in enumerate(scenario.variants):
+            for j, link in enumerate(variant.fabric_state.repaired_links):
+                if not await self.topology.has_link(scenario.fabric, link):
+                    raise InvalidArgument(
+                        f"scenario.variants[{i}].fabric_state.repaired_links[{j}]",
+                        f"{link!r} is not a link of {scenario.fabric}",
+                    )
 
     async def GetScenario(
         self, request: scenario_pb2.GetScenarioRequest, context: _Context
@@ -202,9 +213,13 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         scenario_id = (
             validate_id(request.scenario_id, "scenario_id") if request.scenario_id else new_id("whatif")
         )
-        scenario = scenario_from_proto(what_if_scenario(request))
+        message = what_if_scenario(request)
+        scenario = scenario_from_proto(message)
         check_run_size(scenario, self.max_simulations_per_run)
         await self.topology.get_fabric(scenario.fabric)
+        for i, link in enumerate(request.repair_links):  # a repair naming no link: refused now, named
+            if not await self.topology.has_link(scenario.fabric, link):
+                raise InvalidArgument(f"repair_links[{i}]", f"{link!r} is not a link of {scenario.fabric}")
         created = await asyncio.to_thread(self.store.create_scenario, scenario_id, scenario)
         return await self._start_run(scenario_id, created, new_id("run"))
 

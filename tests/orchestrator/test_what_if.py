@@ -218,3 +218,30 @@ async def test_a_what_if_runs_as_is_and_repaired_and_says_what_the_repair_buys(s
         ratio = as_is.makespan_ns / repaired.makespan_ns
         assert f"repair {UPLINK}: {ratio:.3g}x faster" in comparison.summary
         assert comparison.summary.startswith("against as-is")
+
+
+async def test_a_repair_naming_no_link_is_refused_naming_it(stack) -> None:
+    async with grpc.aio.insecure_channel(stack.orchestrator.address) as channel:
+        scenarios = scenario_pb2_grpc.ScenarioServiceStub(channel)
+        request = scenario_pb2.RunWhatIfRequest(
+            scenario=ring(), repair_links=[UPLINK, "spine-9/p1<->nowhere/p1"]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await scenarios.RunWhatIf(request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith("repair_links[1]")
+        listed = await scenarios.ListScenarios(scenario_pb2.ListScenariosRequest())
+        assert list(listed.scenarios) == []  # nothing stored
+        bad = ring(
+            variants=[
+                scenario_pb2.Variant(
+                    label="x",
+                    fabric_state=simulation_pb2.FabricState(
+                        link_state=simulation_pb2.LINK_STATE_POLICY_REPAIRED, repaired_links=["99999"]
+                    ),
+                )
+            ]
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await scenarios.CreateScenario(scenario_pb2.CreateScenarioRequest(scenario=bad))
+        assert "scenario.variants[0].fabric_state.repaired_links[0]" in caught.value.details()
