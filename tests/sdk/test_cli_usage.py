@@ -93,10 +93,27 @@ def _has_subcommands(command: tuple[str, ...]) -> bool:
         ["no-such-command"],
     ],
 )
-def test_usage_errors_exit_two_without_a_traceback(argv: list[str], capsys) -> None:
+def test_usage_errors_exit_two_with_one_line_and_no_traceback(argv: list[str], capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "usage:" in err and "Traceback" not in err
+    assert err.startswith("fabrictwin") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err  # one line, not the usage dump
+    assert "--help" in err  # says where the usage is
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggestion"),
+    [
+        (["simlate"], "simulate"),
+        (["fabric", "craete"], "create"),
+        (["scenario", "comapre"], "compare"),
+        (["telemetry", "helth"], "health"),
+    ],
+)
+def test_a_mistyped_command_gets_a_did_you_mean(argv: list[str], suggestion: str, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"did you mean '{suggestion}'" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_a_workload_needs_ranks_or_hosts(capsys) -> None:

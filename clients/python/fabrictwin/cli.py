@@ -10,10 +10,13 @@ Addresses and the token come from the options or FABRICTWIN_*_ADDRESS / FABRICTW
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from fabrictwin import (
     __version__,
@@ -88,10 +91,30 @@ def _health(client: Client, args: argparse.Namespace) -> int:
     return 0 if all(v == "SERVING" for v in status.values()) else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with one-line usage errors: the command, what was wrong, a "did you mean" for a
+    mistyped command, and where the usage is (instead of argparse's usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.match(message)
+        if choice is not None:
+            known = re.findall(r"'?([\w-]+)'?", choice["known"])
+            close = difflib.get_close_matches(choice["given"], known, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; one of {', '.join(known)}"
+            what = f"a value of {choice['argument']}" if choice["argument"].startswith("-") else "a command"
+            self.exit(2, f"{self.prog}: '{choice['given']}' is not {what}{hint} ({self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: {message} ({self.prog} --help)\n")
+
+
+_INVALID_CHOICE = re.compile(
+    r"argument (?P<argument>\S+?): invalid choice: '(?P<given>[^']*)' \(choose from (?P<known>.*)\)"
+)
+
+
 def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     """The whole command tree; defaults for addresses and token come from `env` (os.environ)."""
     found = Addresses.from_env(env if env is not None else dict(os.environ))
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fabrictwin",
         description="FabricTwin: a network digital twin of AI-training fabrics. Talks to the topology, "
         "simulator, telemetry and orchestrator services.",
@@ -119,7 +142,11 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", default="", metavar="PEM", help="client private key (mutual TLS)")
     parser.add_argument("--json", dest="global_json", action="store_true", help="JSON output for any command")
 
-    root = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    # Typed as plain ArgumentParser's: every subcommand's parser is a _Parser (argparse makes them of
+    # the parent's class), which the commands' modules need not know.
+    root: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(  # type: ignore[assignment]
+        title="commands", dest="command", metavar="COMMAND"
+    )
     root.required = True
     p = leaf(
         root,
