@@ -183,3 +183,42 @@ def test_the_console_script_is_installed_and_exits_with_the_documented_codes() -
         timeout=60,
     )
     assert down.returncode == 1 and "Traceback" not in down.stderr and "UNAVAILABLE" in down.stderr
+
+
+def test_tab_completion_offers_commands_options_and_choices() -> None:
+    """argcomplete's protocol, as a shell drives it: COMP_LINE/COMP_POINT in, candidates out on fd 8."""
+    pytest.importorskip("argcomplete", reason="argcomplete (the fabrictwin[cli] extra) is not installed")
+
+    def complete(line: str) -> set[str]:
+        read, write = os.pipe()
+        env = {
+            **os.environ,
+            "_ARGCOMPLETE": "1",
+            "_ARGCOMPLETE_IFS": "\n",
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+            "COMP_TYPE": "9",
+        }
+        code = "import os, sys; os.dup2(int(sys.argv[1]), 8); from fabrictwin.cli import main; main()"
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(write)],
+            env=env,
+            pass_fds=(write,),
+            capture_output=True,
+            timeout=60,
+        )
+        os.close(write)
+        with os.fdopen(read) as stream:
+            answer = stream.read()
+        assert done.returncode == 0, done.stderr
+        return {word.strip() for word in answer.split("\n") if word.strip()}
+
+    assert {"simulate", "scenario", "whatif"} <= complete("fabrictwin s") | complete("fabrictwin w")
+    assert "--placement" in complete("fabrictwin simulate --pla")
+    assert complete("fabrictwin simulate --mode ad") == {"adaptive"}
+
+
+def test_the_completion_command_prints_the_shell_hook(capsys) -> None:
+    pytest.importorskip("argcomplete", reason="argcomplete (the fabrictwin[cli] extra) is not installed")
+    assert main(["completion", "bash"]) == 0
+    assert "complete" in capsys.readouterr().out

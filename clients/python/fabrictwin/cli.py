@@ -10,6 +10,7 @@ Addresses and the token come from the options or FABRICTWIN_*_ADDRESS / FABRICTW
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import re
@@ -32,6 +33,7 @@ from fabrictwin import (
 from fabrictwin.cli_common import InputError, leaf, not_utf8, print_json, warn
 from fabrictwin.client import SERVICE_NAMES, Addresses, Client, read_token_file
 from fabrictwin.errors import FabricTwinError, InvalidArgumentError
+from fabrictwin.extras import MissingExtraError, require
 from fabrictwin.tables import health_table
 
 __all__ = ["build_parser", "main"]
@@ -163,6 +165,15 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
         metavar="SERVICE",
         help=f"only these ({', '.join(SERVICE_NAMES)})",
     )
+    p = leaf(
+        root,
+        "completion",
+        _completion,
+        "print the shell code that completes fabrictwin's commands and options",
+        "Tab completion of commands, options and choices (argcomplete, the fabrictwin[cli] extra):\n"
+        '  eval "$(fabrictwin completion bash)"      # or add it to ~/.bashrc; zsh and fish too',
+    )
+    p.add_argument("shell", nargs="?", default="bash", choices=["bash", "zsh", "fish", "tcsh"])
     cli_fabric.register(root)
     cli_simulation.register(root)
     cli_telemetry.register(root)
@@ -174,6 +185,19 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request (argcomplete, the `fabrictwin[cli]` extra) and exit."""
+    with contextlib.suppress(MissingExtraError):
+        require("argcomplete", "cli", "shell completion").autocomplete(parser)
+
+
+def _completion(client: Client, args: argparse.Namespace) -> int:
+    """Print the shell code that completes `fabrictwin` (source it, or add it to your shell's rc)."""
+    argcomplete = require("argcomplete", "cli", "shell completion")
+    print(argcomplete.shellcode(["fabrictwin"], shell=args.shell))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `fabrictwin` command; returns the exit code (console script: `sys.exit(main())`)."""
     try:
@@ -181,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidArgumentError as exc:
         warn(f"fabrictwin: error: {exc.details}")
         return 2
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`fabrictwin completion`)
+        _complete(parser)
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)
