@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from fabrictwin.cli_wait import ProgressView
+
 from bench.registry import BENCHMARKS
 
 MODULES = sorted(p.stem for p in pathlib.Path(__file__).parent.glob("bench_*.py"))
@@ -39,7 +41,11 @@ def main(argv: list[str]) -> int:
         print(f"no benchmark starts with {prefix!r}; known: {sorted(BENCHMARKS)}", file=sys.stderr)
         return 2
     failed = 0
-    for name in names:
+    # Progress on stderr, as every long CLI wait shows it (a bar on a terminal, lines otherwise);
+    # stdout stays one JSON line per benchmark.
+    view = ProgressView(enabled=True, stream=sys.stderr)
+    for i, name in enumerate(names):
+        view.show("make bench", i / len(names), f"{name} ({i + 1} of {len(names)})")
         result = subprocess.run(
             [sys.executable, "-m", "bench", "--one", name], capture_output=True, text=True
         )
@@ -49,6 +55,8 @@ def main(argv: list[str]) -> int:
             continue
         sys.stdout.write(result.stdout.strip().splitlines()[-1] + "\n")
         sys.stdout.flush()
+    view.show("make bench", 1.0, f"{len(names)} benchmarks, {failed} failed")
+    view.close()
     return 1 if failed else 0
 
 
