@@ -29,8 +29,7 @@ import numpy as np
 from services.common.errors import ResourceExhausted
 from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import pipeline_chunks, ring_steps
-from services.simulator.packet.engine import MAX_BINS, MAX_SERIES_BYTES, series_cell_bytes
-from services.simulator.series import MAX_SERIES_VALUES
+from services.simulator.engines import engine_for
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
 
@@ -53,8 +52,6 @@ _FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 320
 _PACKET_BYTES_PER_QP_FLOW = 1_100
 _SPEC_BYTES_PER_LISTED_FLOW = 640
-_FLOW_SERIES_BYTES = 16  # bytes and utilisation per channel and interval
-_FLOW_SERIES_INTERVALS = 101  # the default interval: completion / 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,18 +287,9 @@ def estimate_cost(
             per_packet += 1
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
-    channels = snapshot.num_channels
     if spec.fidelity == Fidelity.PACKET:
         memory += _PACKET_BYTES_PER_TRANSFER * transfers + _PACKET_BYTES_PER_QP_FLOW * flows
-        bins = MAX_BINS
-        if spec.sample_interval_ns:  # what the engine allocates at first: twice the expected run
-            bins = 2 * -(-shortest // spec.sample_interval_ns) + 2
-        cell = series_cell_bytes(bool(spec.faults or spec.pfc or spec.dcqcn))
-        memory += min(MAX_SERIES_BYTES, channels * bins * cell)
     else:
         memory += _FLOW_BYTES_PER_TRANSFER * transfers + _FLOW_BYTES_PER_QP_FLOW * max(0, flows - transfers)
-        bins = _FLOW_SERIES_INTERVALS
-        if spec.sample_interval_ns:
-            bins = max(bins, -(-shortest // spec.sample_interval_ns) + 1)
-        memory += _FLOW_SERIES_BYTES * min(MAX_SERIES_VALUES, channels * bins)
+    memory += engine_for(spec.fidelity).series_memory_bytes(spec, snapshot, shortest)
     return CostEstimate(transfers, flows, edges, packets, events, memory, tuple(costs), shortest)

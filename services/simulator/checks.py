@@ -2,10 +2,10 @@
 
 `check_simulation` runs them in order: the spec's own checks (`validate_spec`, validation.py:
 numbers in range first, then what needs no fabric), the fabric's numbers, placement (hosts, rails,
-pinned paths, SHARP trees), the checks that need the spec's size (packets per flow, how many
-sample intervals the series can hold), PFC thresholds against the buffer, LINK_DOWN faults (links,
-pinned flows, routes that a link down for good would leave), and last admission control
-(admission.py). It returns the sets of down links whose routings the run needs.
+pinned paths, SHARP trees), the engine's refusals once the jobs are placed and sized
+(`Engine.check_placed`: how many sample intervals the series can hold; at PACKET also packets per
+flow, PFC thresholds against the buffer, LINK_DOWN faults), and last admission control
+(admission.py). It returns the sets of down links whose routings the run needs (the engine says).
 
 `check_routes`, once those routings are at hand, builds the workload and routes it as the engine
 will: a pair of hosts with no route (or routes that loop) is FailedPrecondition naming them, a
@@ -19,22 +19,17 @@ callers; the worker runs neither again (runner.simulate): nothing a spec can fai
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
 from services.simulator.admission import CostEstimate, SimulationLimits, estimate_cost
 from services.simulator.bounds import MAX_LATENCY_NS
-from services.simulator.engine import RunFabric
+from services.simulator.engine import PlacedRun, RunFabric
 from services.simulator.engines import engine_for
-from services.simulator.packet.engine import MAX_PACKETS_PER_FLOW, MAX_SERIES_BYTES, series_cell_bytes
-from services.simulator.packet.link_faults import check_routes_survive, down_sets
-from services.simulator.packet.transport import pfc_thresholds
 from services.simulator.paths import route_workload
-from services.simulator.series import MAX_SERIES_VALUES
-from services.simulator.spec import Fidelity, SimulationSpec
+from services.simulator.spec import SimulationSpec
 from services.simulator.validation import validate_spec
 from services.simulator.workload import Workload, build_workload, place_jobs
 
@@ -67,11 +62,8 @@ def check_simulation(
     _check_fabric(snapshot)
     placed = place_jobs(spec, snapshot)
     estimate = estimate_cost(spec, snapshot, placed)
-    _check_packets_per_flow(spec, estimate)
-    _check_series(spec, snapshot, placed, estimate)
-    pfc_thresholds(spec, snapshot)
-    down = down_sets(spec, snapshot)
-    check_routes_survive(spec, snapshot, placed)
+    sized = PlacedRun(placed, [job.largest_flow_bytes for job in estimate.jobs], estimate.shortest_ns)
+    down = engine_for(spec.fidelity).check_placed(spec, snapshot, sized)
     if limits is not None:
         estimate.admit(limits)
     return Accepted(placed, estimate, down)
@@ -89,62 +81,6 @@ def _check_fabric(snapshot: FabricSnapshot) -> None:
     if (snapshot.link_rate_bps < 0).any():
         link = int(np.argmax(snapshot.link_rate_bps < 0))
         raise FailedPrecondition(f"{snapshot.fabric}: link {snapshot.link_names[link]} has a negative rate")
-
-
-def _check_packets_per_flow(spec: SimulationSpec, estimate: CostEstimate) -> None:
-    """The packet engine numbers at most MAX_PACKETS_PER_FLOW - 1 packets per QP flow."""
-    if spec.fidelity != Fidelity.PACKET:
-        return
-    for i, (job, cost) in enumerate(zip(spec.jobs, estimate.jobs, strict=True)):
-        packets = -(-cost.largest_flow_bytes // spec.mtu_bytes)
-        if packets < MAX_PACKETS_PER_FLOW:
-            continue
-        field = f"jobs[{i}].size_bytes"
-        if job.flows:
-            largest = max(range(len(job.flows)), key=lambda k: job.flows[k].size_bytes)
-            field = f"jobs[{i}].flows[{largest}].size_bytes"
-        raise InvalidArgument(
-            field,
-            f"a QP flow of {cost.largest_flow_bytes} bytes is {packets} packets of "
-            f"mtu_bytes={spec.mtu_bytes}; "
-            f"the packet engine carries at most {MAX_PACKETS_PER_FLOW - 1} per flow: use a larger mtu_bytes, "
-            "more chunks or more qps_per_connection",
-        )
-
-
-def _check_series(
-    spec: SimulationSpec, snapshot: FabricSnapshot, placed: Sequence[np.ndarray], estimate: CostEstimate
-) -> None:
-    """Refuse a sample interval whose series cannot fit however the run goes (it lasts at least
-    `estimate.shortest_ns`); a run that turns out longer than its series can hold gets a wider
-    interval instead, which its model notes report."""
-    interval = spec.sample_interval_ns
-    if not interval:
-        return
-    shortest = estimate.shortest_ns
-    intervals = -(-shortest // interval)
-    if spec.fidelity == Fidelity.PACKET:  # one series row per link direction of the fabric
-        channels = snapshot.num_channels
-        cell = series_cell_bytes(bool(spec.faults or spec.pfc or spec.dcqcn))
-        fits = channels * intervals * cell <= MAX_SERIES_BYTES
-        most = MAX_SERIES_BYTES // max(1, channels * cell)
-    else:  # a row per link direction that carries traffic: at least one per sending host
-        senders = [
-            len({f.source for f in job.flows}) if job.flows else len(hosts) - 1
-            for job, hosts in zip(spec.jobs, placed, strict=True)
-        ]
-        channels = max(1, *senders)
-        fits = channels * (intervals + 1) <= MAX_SERIES_VALUES
-        most = MAX_SERIES_VALUES // max(1, channels) - 1
-    if fits:
-        return
-    coarsest = -(-shortest // max(1, most))
-    raise InvalidArgument(
-        "sample_interval_ns",
-        f"{interval} ns gives at least {intervals:,} intervals for each of {channels:,} link directions "
-        f"(the run lasts at least {shortest:,} ns), more than the series can hold; use at least "
-        f"{coarsest:,} ns (or 0: chosen from the run's length)",
-    )
 
 
 def check_routes(spec: SimulationSpec, fabric: RunFabric) -> Workload:

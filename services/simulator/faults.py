@@ -10,7 +10,7 @@
   LinkDownedCounter counts it, packets routed to it are discarded: PortXmitDiscards) and comes back
   at `end_ns` (0: stays down). The routing reaction (`reroute`: SUBNET_MANAGER, ROUTING_PROTOCOL
   or FAST_RECOVERY) installs routes recomputed without the link after its delay
-  (services.simulator.transport), and routes with it again the same delay after it comes back.
+  (services.simulator.packet.transport), and routes with it again the same delay after it comes back.
 
 Go-Back-N (RoCEv2 reliable connection) is on when `window_bytes` > 0: the sender keeps at most
 ceil(window_bytes / mtu) packets unacknowledged, the receiver keeps only the packet it expects and

@@ -13,11 +13,14 @@ import dataclasses
 
 import numpy as np
 
+from services.common.errors import InvalidArgument
+
 __all__ = [
     "MAX_SERIES_VALUES",
     "ChannelSeries",
     "channel_series",
     "default_sample_interval_ns",
+    "refuse_sample_interval",
     "widened_interval_ns",
 ]
 
@@ -169,3 +172,17 @@ def channel_series(
     capacity_bytes = np.asarray(channel_rate_bps, dtype=np.float64)[channels][:, None] * bin_ns[None, :] / 8e9
     utilisation = np.divide(per_bin, capacity_bytes, out=np.zeros(per_bin.shape), where=capacity_bytes > 0)
     return ChannelSeries(channels.astype(np.int32), 0, interval_ns, per_bin, utilisation)
+
+
+def refuse_sample_interval(interval_ns: int, shortest_ns: int, channels: int, most_intervals: int) -> None:
+    """Raise InvalidArgument on `sample_interval_ns`: a run lasting at least `shortest_ns` gives more
+    intervals for each of `channels` link directions than the engine's series can hold
+    (`most_intervals`); an engine's `check_placed` calls it when its series cannot fit."""
+    intervals = -(-shortest_ns // interval_ns)
+    coarsest = -(-shortest_ns // max(1, most_intervals))
+    raise InvalidArgument(
+        "sample_interval_ns",
+        f"{interval_ns} ns gives at least {intervals:,} intervals for each of {channels:,} link directions "
+        f"(the run lasts at least {shortest_ns:,} ns), more than the series can hold; use at least "
+        f"{coarsest:,} ns (or 0: chosen from the run's length)",
+    )

@@ -38,9 +38,8 @@ from services.common.workers import WorkerDied, WorkerOutOfMemory, WorkerPool
 from services.simulator.admission import DEFAULT_LIMITS, SimulationLimits, check_request_size
 from services.simulator.checks import check_routes, check_simulation
 from services.simulator.convert import record_to_proto, series_to_protos, spec_from_proto
-from services.simulator.engine import RunFabric
+from services.simulator.engine import RunFabric, WhatIfRoutings
 from services.simulator.fabric_state import SnapshotView, view_of, with_stored_state
-from services.simulator.packet.link_faults import WhatIf
 from services.simulator.peers import SnapshotSource, export_series, prepare_telemetry_source
 from services.simulator.progress import ProgressBoard, WorkerProgress
 from services.simulator.registry import SimulationRecord, SimulationRegistry, SimulationState
@@ -197,7 +196,9 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
             for message in series_to_protos(outcome.series, outcome.channels.display_names, i, i + 1):
                 yield message
 
-    async def _run(self, name: str, spec: SimulationSpec, snapshot: FabricSnapshot, what_if: WhatIf) -> None:
+    async def _run(
+        self, name: str, spec: SimulationSpec, snapshot: FabricSnapshot, what_if: WhatIfRoutings
+    ) -> None:
         try:
             progress = await asyncio.to_thread(self._progress.new)
             self._running[name] = progress

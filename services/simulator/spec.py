@@ -185,7 +185,7 @@ class SimulationSpec:
     pfc_xoff_bytes: int = 0  # 0: 64 KiB
     pfc_xon_bytes: int = 0  # 0: half of XOFF
     pfc_headroom_bytes: int = 0  # 0: two round trips of the slowest link at its rate, plus two packets
-    # ECN marking and DCQCN (PACKET, RoCEv2); 0 means the default (services.simulator.transport).
+    # ECN marking and DCQCN (PACKET, RoCEv2); 0 means the default (services.simulator.packet.transport).
     dcqcn: bool = False
     ecn_kmin_bytes: int = 0
     ecn_kmax_bytes: int = 0
@@ -199,7 +199,7 @@ class SimulationSpec:
     rate_ai_mbps: float = 0.0
     rate_hai_mbps: float = 0.0
     min_rate_mbps: float = 0.0
-    # InfiniBand credits (PACKET); 0 means the default (services.simulator.transport).
+    # InfiniBand credits (PACKET); 0 means the default (DEFAULT_VL_BUFFER_BYTES above).
     virtual_lanes: int = 0
     vl_buffer_bytes: int = 0
     # The fabric as stored, or a what-if of it, on the routes of `routing_version` (0: current).

@@ -135,7 +135,7 @@ def test_a_connections_transfers_share_one_dcqcn_rate_state():
     workload = build_workload(spec, FABRIC)
     lb = LoadBalancingSpec(mode=LoadBalancingMode.ECMP)
     routes, flow_route = route_workload(lb, FABRIC, workload, 0)
-    config = PacketEngineConfig(LoadBalancingMode.ECMP, False, 4096, 82, 1 << 20, 0, 0)
+    config = PacketEngineConfig(lb, 4096, 82, 1 << 20, 0, 0)
     arrays = _Arrays(FABRIC, workload, routes, flow_route, config, 1_000_000)
     # A 4-rank ring: 4 connections x 2 QPs, each QP carrying one flow per ring step (6 steps).
     assert len(arrays.qf) == 8

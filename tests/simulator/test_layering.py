@@ -7,9 +7,9 @@ module's `_private` name; only the PACKET engine's own code (packet/) and the en
 (engines.py) import PACKET-only code; the two engine packages, flow/ and packet/, do not import
 each other; PACKET-only code lives under packet/.
 
-KNOWN_VIOLATIONS lists what breaks these rules today on the PACKET side, each entry one edge or
-one module; the test fails on any violation not listed, and on any listed one that is gone, so the
-list only shrinks. The lead empties it as the packet restructuring lands.
+KNOWN_VIOLATIONS lists what breaks these rules today, each entry one edge or one module: empty
+since the packet engine plugged into the seam (#12). The test fails on any violation not listed,
+and on any listed one that is gone, so the list only shrinks; keep it empty.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("modes", ("modes",)),
     ("paths and validation", ("paths", "validation", "fabric_state")),
     ("engine seam", ("engine", "assemble")),
-    ("engines", ("flow", "packet", "flow_model")),
+    ("engines", ("flow", "packet")),
     ("checks", ("engines", "admission", "checks")),
     ("runner", ("runner",)),
     ("service", ("registry", "convert", "peers", "servicer", "__main__")),
@@ -45,19 +45,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 PACKET_ONLY = ("packet",)
 PACKET_IMPORTERS = (*PACKET_ONLY, "engines")
 
-# What breaks the rules today, for the lead to empty (kind, importer, imported):
-KNOWN_VIOLATIONS: set[tuple[str, str, str]] = {
-    # Validation reads the packet engine's limits from its internals; they belong in PacketEngine.check.
-    ("PACKET-only code imported from outside", "admission", "packet.engine"),
-    ("PACKET-only code imported from outside", "checks", "packet.engine"),
-    ("PACKET-only code imported from outside", "checks", "packet.link_faults"),
-    ("PACKET-only code imported from outside", "checks", "packet.transport"),
-    # The servicer names the what-if routings' type from there (engine.WhatIfRoutings is the same).
-    ("PACKET-only code imported from outside", "servicer", "packet.link_faults"),
-    # The old FLOW module, kept only as re-exports (tests/simulator/test_packet_engine.py imports
-    # Cancelled from it; services.simulator.cancel is its home).
-    ("shim", "flow_model", ""),
-}
+# What breaks the rules today (kind, importer, imported): nothing.
+KNOWN_VIOLATIONS: set[tuple[str, str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -166,7 +155,7 @@ def violations() -> set[tuple[str, str, str]]:
         if _is_packet_only(b) and a.split(".")[0] not in PACKET_IMPORTERS:
             found.add(("PACKET-only code imported from outside", a, b))
         engines = {a.split(".")[0], b.split(".")[0]}
-        if engines == {"flow", "packet"} or engines == {"flow_model", "packet"}:
+        if engines == {"flow", "packet"}:
             found.add(("engine imports the other engine", a, b))
     for a, b in _cycles(edges):
         if (b, a) in edges or a < b:
@@ -175,8 +164,6 @@ def violations() -> set[tuple[str, str, str]]:
         for target, name in _imports(module):
             if name and name.startswith("_") and not name.startswith("__") and target != module:
                 found.add(("private name", module, f"{target}.{name}"))
-    if "flow_model" in MODULES:
-        found.add(("shim", "flow_model", ""))
     return found
 
 

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from services.common.errors import InvalidArgument
+from services.simulator.engines import engine_for
 from services.simulator.modes import MODES, mode_of
 from services.simulator.modes.ecmp import Ecmp
-from services.simulator.packet import layout
+from services.simulator.packet import PacketEngine, layout
 from services.simulator.runner import run_simulation
 from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
 from services.simulator.validation import validate_spec
@@ -32,6 +33,14 @@ def test_each_modes_packet_code_is_the_one_the_packet_loop_switches_on():
     assert code(LoadBalancingMode.SPRAY) == layout.MODE_SPRAY
     assert code(LoadBalancingMode.SPRAY, spray_random=True) == layout.MODE_SPRAY_RANDOM
     assert code(LoadBalancingMode.FLOWLET, flowlet_gap_ns=2000) == layout.MODE_FLOWLET
+
+
+def test_only_ecmp_pins_each_flow_to_one_path():
+    assert {name for name, mode in MODES.items() if mode.pins_flows} == {LoadBalancingMode.ECMP}
+
+
+def test_the_packet_engine_of_the_registry_is_the_packet_packages_own():
+    assert type(engine_for(Fidelity.PACKET)) is PacketEngine
 
 
 @pytest.mark.parametrize(

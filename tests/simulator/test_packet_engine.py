@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.simulator.flow_model import Cancelled
+from services.simulator.cancel import Cancelled
 from services.simulator.runner import run_simulation
 from tests.simulator.fabrics import fat_tree, leaf_spine
 

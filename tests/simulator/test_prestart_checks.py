@@ -16,7 +16,9 @@ import pytest
 from fabrictwin.v1 import common_pb2, simulation_pb2, telemetry_pb2, telemetry_pb2_grpc
 
 from services.simulator import checks, series
+from services.simulator.flow import engine as flow_engine
 from services.simulator.packet import arrays as engine  # the engine's array budget lives in arrays.py
+from services.simulator.packet import seam as packet_engine  # what its check_placed reads
 from services.simulator.runner import run_simulation
 
 from .fabrics import leaf_spine
@@ -147,7 +149,7 @@ def _shortest(spec: dict) -> int:
 
 def test_a_flow_run_longer_than_its_series_can_hold_widens_the_interval_and_says_so(monkeypatch):
     monkeypatch.setattr(series, "MAX_SERIES_VALUES", 1_000)
-    monkeypatch.setattr(checks, "MAX_SERIES_VALUES", 1_000)
+    monkeypatch.setattr(flow_engine, "MAX_SERIES_VALUES", 1_000)
     interval = max(1, _shortest(_ring("FLOW", 0)) // 50)  # 15 senders x 51 intervals fit the check
     outcome = run_simulation(_ring("FLOW", interval), FABRIC)
     assert outcome.sample_interval_ns > interval
@@ -160,7 +162,7 @@ def test_a_packet_run_longer_than_its_series_can_hold_widens_the_interval_and_sa
     cell = engine.series_cell_bytes(False)
     budget = FABRIC.num_channels * cell * 40
     monkeypatch.setattr(engine, "MAX_SERIES_BYTES", budget)
-    monkeypatch.setattr(checks, "MAX_SERIES_BYTES", budget)
+    monkeypatch.setattr(packet_engine, "MAX_SERIES_BYTES", budget)
     interval = max(1, _shortest(_ring("PACKET", 0)) // 30)  # 30 intervals of the bound fit, not the run
     outcome = run_simulation(_ring("PACKET", interval), FABRIC)
     assert outcome.sample_interval_ns > interval

@@ -10,23 +10,60 @@ import time
 
 import numpy as np
 
+from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
-from services.simulator.engine import Progress, RunFabric
+from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.notes import flow_model_notes
 from services.simulator.ideal import job_ideals
 from services.simulator.paths import route_workload
 from services.simulator.results import SimulationOutcome, channel_totals
-from services.simulator.series import channel_series, default_sample_interval_ns
+from services.simulator.series import (
+    MAX_SERIES_VALUES,
+    channel_series,
+    default_sample_interval_ns,
+    refuse_sample_interval,
+)
 from services.simulator.spec import SimulationSpec, wire_overhead_bytes
 from services.simulator.workload import Workload, wire_bytes
 
 __all__ = ["FlowEngine"]
 
+_SERIES_CELL_BYTES = 16  # bytes and utilisation per channel and interval
+_SERIES_INTERVALS = 101  # the default interval: completion / 100
+
 
 class FlowEngine:
     """Fluid flows, max-min fair at every event (services.simulator.flow.model)."""
+
+    def check_placed(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, placed: PlacedRun
+    ) -> list[tuple[int, ...]]:
+        """Refuse a sample interval whose series cannot fit however the run goes (a row per link
+        direction that carries traffic: at least one per sending host); a run that turns out longer
+        gets a wider interval instead, which its model notes report. FLOW takes no LINK_DOWN faults
+        (validation.py), so it needs no what-if routings."""
+        interval = spec.sample_interval_ns
+        if interval:
+            senders = [
+                len({f.source for f in job.flows}) if job.flows else len(hosts) - 1
+                for job, hosts in zip(spec.jobs, placed.hosts, strict=True)
+            ]
+            channels = max(1, *senders)
+            intervals = -(-placed.shortest_ns // interval)
+            if channels * (intervals + 1) > MAX_SERIES_VALUES:
+                most = MAX_SERIES_VALUES // max(1, channels) - 1
+                refuse_sample_interval(interval, placed.shortest_ns, channels, most)
+        return []
+
+    def series_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, shortest_ns: int) -> int:
+        """Bytes and utilisation of every channel over the default 101 intervals, or more with a
+        finer `sample_interval_ns`, at most MAX_SERIES_VALUES cells."""
+        bins = _SERIES_INTERVALS
+        if spec.sample_interval_ns:
+            bins = max(bins, -(-shortest_ns // spec.sample_interval_ns) + 1)
+        return _SERIES_CELL_BYTES * min(MAX_SERIES_VALUES, snapshot.num_channels * bins)
 
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
         """Nothing beyond the checks every engine shares (checks.py): the FLOW model takes any

@@ -28,6 +28,7 @@ class Adaptive:
     mode = LoadBalancingMode.ADAPTIVE
     fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ()
+    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         """Nothing beyond the shared checks."""

@@ -8,7 +8,9 @@ registering it (registry.py), plus its enum value in spec.py and the proto:
 - `validate`: its own checks of those fields, raising InvalidArgument naming `load_balancing.*`;
 - `route_key_columns` + `flow_routes`: its FLOW path split (flows with equal keys share a route);
 - `flow_notes` / `packet_notes`: what each engine models of it, in words a reader can check;
-- `packet_code`: the number the PACKET loop's forwarding switches on (packet/layout.py MODE_*).
+- `packet_code`: the number the PACKET loop's forwarding switches on (packet/layout.py MODE_*);
+- `pins_flows`: every packet of a flow follows the one path `flow_routes` gives the flow, so the
+  PACKET engine binds the flow's QP to that path's first channel (otherwise to the LFT's choice).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Mode(Protocol):
     mode: LoadBalancingMode
     fidelities: frozenset[Fidelity]
     own_fields: tuple[str, ...]
+    pins_flows: bool
 
     def validate(self, spec: SimulationSpec) -> None: ...
 

@@ -22,6 +22,7 @@ class Ecmp:
     # Its hash settings (ecmp_hash, seed, same_seed_everywhere, hash_destination_qp) are accepted, and
     # ignored, with every mode: a scenario sweeping modes sets them once for all of them.
     own_fields: tuple[str, ...] = ()
+    pins_flows = True
 
     def validate(self, spec: SimulationSpec) -> None:
         """Nothing beyond the shared checks: every hash setting is valid."""

@@ -20,6 +20,7 @@ class Flowlet:
     mode = LoadBalancingMode.FLOWLET
     fidelities = frozenset({Fidelity.PACKET})
     own_fields: tuple[str, ...] = ("flowlet_gap_ns",)
+    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         lb = spec.load_balancing

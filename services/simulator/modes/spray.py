@@ -23,6 +23,7 @@ class Spray:
     mode = LoadBalancingMode.SPRAY
     fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ("spray_random",)
+    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         """Nothing beyond the shared checks."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
+from services.simulator.modes import mode_of
 from services.simulator.packet import layout as L
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
 from services.simulator.packet.heap import heap_push
@@ -30,7 +31,6 @@ from services.simulator.packet.state import (
     Transfers,
 )
 from services.simulator.routes import FlowRoutes, RouteWalker, pinned_path_rows, unique_rows
-from services.simulator.spec import LoadBalancingMode
 from services.simulator.workload import Workload
 
 __all__ = [
@@ -44,12 +44,6 @@ __all__ = [
 MAX_BINS = 512
 MAX_PACKETS_PER_FLOW = 1 << 25  # sequence numbers of a flow's packets
 _NODE_KIND_SWITCH = 2
-_MODES = {
-    LoadBalancingMode.ECMP: L.MODE_ECMP,
-    LoadBalancingMode.ADAPTIVE: L.MODE_ADAPTIVE,
-    LoadBalancingMode.SPRAY: L.MODE_SPRAY,
-    LoadBalancingMode.FLOWLET: L.MODE_FLOWLET,
-}
 _BUDGET = 2_000_000  # events between progress reports
 _ROB_WORDS = 8  # reorder window: 512 packets per flow
 MAX_SERIES_BYTES = 2 << 30
@@ -221,14 +215,13 @@ class EngineArrays:
         self.sc[L.SC_FREE], self.sc[L.SC_FREE_COUNT] = 0, len(self.p_flow)
         self.sc[L.SC_ROB_FREE], self.sc[L.SC_ROB_FREE_COUNT] = 0, len(self.rob_next)
         self.pr = np.zeros(L.PR_SIZE, dtype=np.int64)
-        self.pr[L.PR_MODE] = _MODES[config.mode]
-        if config.mode == LoadBalancingMode.SPRAY and config.spray_random:
-            self.pr[L.PR_MODE] = L.MODE_SPRAY_RANDOM
+        lb = config.load_balancing
+        self.pr[L.PR_MODE] = mode_of(lb).packet_code(lb)
         self.pr[L.PR_MTU] = config.mtu_bytes
         self.pr[L.PR_HEADER] = config.header_bytes
         self.pr[L.PR_INTERVAL] = interval_ps
         self.pr[L.PR_BINS] = self.s_bytes.shape[0]
-        self.pr[L.PR_FLOWLET_GAP] = config.flowlet_gap_ns * 1000
+        self.pr[L.PR_FLOWLET_GAP] = lb.flowlet_gap_ns * 1000
         self.pr[L.PR_MAX_HOPS] = self.max_hops
         self.pr[L.PR_STOP] = config.time_limit_ns * 1000
         self.pr[L.PR_BUDGET] = _BUDGET
@@ -306,7 +299,7 @@ class EngineArrays:
         ]
         self.g_ch[self.g_off[pin_keys]] = self.pin_channel
         self.g_next = np.zeros(sizes.size, dtype=np.int32)  # round-robin position of each group
-        # ECMP: each flow's pinned path (hop h is the h-th channel); other modes use only hop 0.
+        # Each flow's route (hop h is the h-th channel), which a mode that pins flows (ECMP) follows.
         self.f_path_off = routes.offsets[flow_route].astype(np.int64)
         self.f_path_end = routes.offsets[flow_route + 1].astype(np.int64)
         self.path_ch = routes.channels.astype(np.int32)
@@ -348,7 +341,8 @@ class EngineArrays:
 
     def _first_channels(self, snapshot: FabricSnapshot, walker: RouteWalker) -> np.ndarray:
         workload = self._workload
-        if self._config.mode == LoadBalancingMode.ECMP:
+        # A mode that pins each flow to one path (ECMP) binds its QP to the path's first channel.
+        if mode_of(self._config.load_balancing).pins_flows:
             return self.path_ch[self.f_path_off].astype(np.int32)
         # A QP is bound to one NIC port: the LFT choice toward its destination, or its pinned path's.
         pinned = workload.pinned

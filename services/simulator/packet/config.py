@@ -8,7 +8,7 @@ import numpy as np
 
 from services.common.snapshot import FabricSnapshot
 from services.simulator.paths import FlowRoutes
-from services.simulator.spec import LoadBalancingMode
+from services.simulator.spec import LoadBalancingSpec
 
 __all__ = ["DcqcnSettings", "LinkEvent", "LinkLoss", "PacketEngineConfig", "RoutingEpoch"]
 
@@ -17,14 +17,12 @@ __all__ = ["DcqcnSettings", "LinkEvent", "LinkLoss", "PacketEngineConfig", "Rout
 class PacketEngineConfig:
     """Packet-level parameters of one run."""
 
-    mode: LoadBalancingMode
-    spray_random: bool
+    load_balancing: LoadBalancingSpec  # its mode (modes/) gives the forwarding code and the gap
     mtu_bytes: int
     header_bytes: int
     buffer_bytes: int
     switch_latency_ns: int
     seed: int
-    flowlet_gap_ns: int = 0
     sample_interval_ns: int = 0  # 0: chosen by the engine (at most MAX_BINS intervals)
     time_limit_ns: int = 0
     expected_end_ns: int = 0  # a guess of the run's length, to size the series

@@ -14,12 +14,12 @@ calls a service.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 import numpy as np
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
+from services.simulator.engine import WhatIfRoutings
 from services.simulator.faults import FaultKind, RerouteModel, resolve_link
 from services.simulator.packet.config import LinkEvent, RoutingEpoch
 from services.simulator.packet.transport import reroute_delay_ns
@@ -29,13 +29,9 @@ from services.simulator.placement import HostDirectory
 from services.simulator.spec import SimulationSpec
 from services.simulator.workload import Workload
 
-__all__ = ["WhatIf", "check_routes_survive", "down_sets", "link_fault_plan"]
+__all__ = ["check_routes_survive", "down_sets", "link_fault_plan"]
 
 _NODE_KIND_SWITCH, _LINK_STATE_DOWN = 2, 2
-
-# A what-if routing per set of down links (sorted link indices): the snapshot and the seconds the
-# routing engine took to recompute it.
-WhatIf = Mapping[tuple[int, ...], tuple[FabricSnapshot, float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +153,7 @@ def check_routes_survive(spec: SimulationSpec, snapshot: FabricSnapshot, placed:
 
 
 def link_fault_plan(
-    spec: SimulationSpec, snapshot: FabricSnapshot, workload: Workload, what_if: WhatIf
+    spec: SimulationSpec, snapshot: FabricSnapshot, workload: Workload, what_if: WhatIfRoutings
 ) -> tuple[tuple[LinkEvent, ...], tuple[RoutingEpoch, ...], list[str]]:
     """The link events and routing epochs of the run, and notes on what the routing could not do."""
     changes = _changes(spec, snapshot)

@@ -186,14 +186,12 @@ def run_packet_simulation(
     window_bytes = spec.window_bytes or (DEFAULT_IB_WINDOW_BYTES if infiniband else 0)
     vl_buffer = spec.vl_buffer_bytes or DEFAULT_VL_BUFFER_BYTES  # validate_spec checked it holds a packet
     config = PacketEngineConfig(
-        mode=lb.mode,
-        spray_random=lb.spray_random,
+        load_balancing=lb,
         mtu_bytes=spec.mtu_bytes,
         header_bytes=header,
         buffer_bytes=buffer,
         switch_latency_ns=spec.switch_latency_ns,
         seed=spec.seed * 1_000_003 + lb.seed,
-        flowlet_gap_ns=lb.flowlet_gap_ns,
         sample_interval_ns=spec.sample_interval_ns,
         time_limit_ns=run_time_limit_ns(spec),
         expected_end_ns=max(ideals, default=0) + max((j.start_ns for j in spec.jobs), default=0),

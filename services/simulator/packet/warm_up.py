@@ -18,7 +18,7 @@ from services.simulator.packet.compile_cache import COMPILING_STAGE, engine_cach
 from services.simulator.packet.config import PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
 from services.simulator.paths import route_workload
-from services.simulator.spec import LoadBalancingMode, SimulationSpec
+from services.simulator.spec import SimulationSpec
 from services.simulator.workload import build_workload
 
 __all__ = ["warm_up"]
@@ -70,8 +70,7 @@ def warm_up() -> bool:
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, 0)
     config = PacketEngineConfig(
-        mode=LoadBalancingMode.ECMP,
-        spray_random=False,
+        load_balancing=spec.load_balancing,
         mtu_bytes=4096,
         header_bytes=82,
         buffer_bytes=1 << 20,
