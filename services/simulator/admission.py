@@ -292,4 +292,5 @@ def estimate_cost(
     else:
         memory += _FLOW_BYTES_PER_TRANSFER * transfers + _FLOW_BYTES_PER_QP_FLOW * max(0, flows - transfers)
     memory += engine_for(spec.fidelity).series_memory_bytes(spec, snapshot, shortest)
+    memory += engine_for(spec.fidelity).flow_memory_bytes(spec, snapshot, flows)
     return CostEstimate(transfers, flows, edges, packets, events, memory, tuple(costs), shortest)

@@ -67,6 +67,10 @@ class Engine(Protocol):
         """What this engine's series of a run lasting at least `shortest_ns` take in memory at first."""
         ...
 
+    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
+        """What this engine keeps per (flow, link) beyond the per-flow arrays admission counts."""
+        ...
+
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
         """Raise the domain error (InvalidArgument naming the field) of anything this engine refuses."""
         ...

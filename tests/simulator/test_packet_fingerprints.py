@@ -177,7 +177,7 @@ SCENARIOS = {
 
 # Fields added to PacketRun after the digests were taken: left out of the digest (so that it still
 # proves nothing else changed), checked by the test on their own.
-ADDED_SINCE = {"flow_dropped"}
+ADDED_SINCE = {"flow_dropped", "channel_flows"}
 
 
 def digest(run) -> str:
@@ -257,3 +257,5 @@ def test_the_engine_returns_what_it_returned_before(name):
     run = run_packets(data, fabric)
     assert digest(run) == EXPECTED[name]
     assert run.flow_dropped.sum() == run.packets_dropped  # each drop is some flow's
+    if run.channel_flows.size:  # kept under per-packet modes: a channel some flow used carried bytes
+        assert ((run.channel_flows > 0) == (run.channel_tx_bytes > 0)).all()

@@ -57,6 +57,10 @@ class FlowEngine:
                 refuse_sample_interval(interval, placed.shortest_ns, channels, most)
         return []
 
+    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
+        """Nothing per (flow, link): the fluid model keeps its routes' shares, counted per flow."""
+        return 0
+
     def series_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, shortest_ns: int) -> int:
         """Bytes and utilisation of every channel over the default 101 intervals, or more with a
         finer `sample_interval_ns`, at most MAX_SERIES_VALUES cells."""

@@ -31,6 +31,7 @@ from services.simulator.packet.state import (
     Transfers,
 )
 from services.simulator.routes import FlowRoutes, RouteWalker, pinned_path_rows, unique_rows
+from services.simulator.spec import LoadBalancingSpec
 from services.simulator.workload import Workload
 
 __all__ = [
@@ -54,6 +55,18 @@ def series_cell_bytes(counted: bool) -> int:
     """Bytes per channel and interval of the series; `counted`: with per-port counters (faults,
     link events, PFC or DCQCN)."""
     return _SERIES_CELL_BYTES + 8 * (L.SE_SIZE if counted else 1)
+
+
+MAX_FLOW_BITS_BYTES = 256 << 20  # the flows-per-channel bitset of one run, at most
+
+
+def flow_bits_bytes(lb: LoadBalancingSpec | None, channels: int, flows: int) -> int:
+    """Bytes of the flows-per-channel bitset a run keeps: where the mode chooses per packet (where it
+    pins, a flow's route says which links it used) and within MAX_FLOW_BITS_BYTES; else 0."""
+    size = channels * -(-flows // 64) * 8
+    if lb is None or mode_of(lb).pins_flows or size > MAX_FLOW_BITS_BYTES:
+        return 0
+    return size
 
 
 class EngineArrays:
@@ -114,6 +127,10 @@ class EngineArrays:
         self.ch_pause_frames = np.zeros(n_ch, dtype=np.int64)
         self.ch_pause_ps = np.zeros(n_ch, dtype=np.int64)
         self.ch_pause_since = np.zeros(n_ch, dtype=np.int64)
+        # Which flows used each channel: kept where the mode chooses per packet (where it pins, a flow's
+        # route says it), within MAX_FLOW_BITS_BYTES (above it, `flows` counts the routes' flows).
+        kept = flow_bits_bytes(config.load_balancing, n_ch, flows)
+        self.ch_flow_bits = np.zeros((n_ch, -(-flows // 64) if kept else 0), dtype=np.uint64)
         self.cn = np.zeros((n_ch, L.CN_SIZE), dtype=np.int64)
         self.cn[:, L.CN_WAIT_SINCE] = -1
         self.cn[:, L.CN_DOWN_AT] = -1
@@ -508,6 +525,7 @@ class EngineArrays:
                 self.ch_pause_frames,
                 self.ch_pause_ps,
                 self.ch_pause_since,
+                self.ch_flow_bits,
             ),
             LossModel(
                 self.ch_loss_kind,

@@ -249,7 +249,8 @@ def run_packet_simulation(
         mean_utilisation=np.minimum(1.0, run.channel_tx_bytes[carried] * 8.0 / capacity_bits),
         peak_utilisation=series.utilisation.max(axis=1, initial=0.0),
         tier=np.maximum(tiers[source[carried]], tiers[target[carried]]),
-        flows=crossing[carried].astype(np.int32),
+        # Under a per-packet mode, the flows that used the link; else those whose route crosses it.
+        flows=(run.channel_flows if run.channel_flows.size else crossing)[carried].astype(np.int32),
         drops=run.channel_drops_total[carried],
         peak_queue_bytes=run.channel_peak_queue_total[carried],
         rcv_errors=run.channel_rcv_errors[carried],

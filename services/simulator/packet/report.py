@@ -98,6 +98,8 @@ class PacketRun:
     flow_dropped: np.ndarray = dataclasses.field(
         default_factory=_empty
     )  # int64 [F]: its packets full switch buffers dropped
+    # int64 [C]: flows whose packets crossed each channel (empty: not kept; count the routes' flows)
+    channel_flows: np.ndarray = dataclasses.field(default_factory=_empty)
 
 
 STALL_NS = 1_000_000_000  # no delivery for this long, nothing scheduled to change: the run is stuck
@@ -171,7 +173,10 @@ def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
     end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
     used_bins = max(1, -(-end_ps // interval_ps))
     finish = np.where(a.f_finish >= 0, -(-a.f_finish // 1000), -1)
+    bits = a.ch_flow_bits
+    channel_flows = np.bitwise_count(bits).sum(axis=1, dtype=np.int64) if bits.shape[1] else _empty()
     return PacketRun(
+        channel_flows=channel_flows,
         end_ns=-(-end_ps // 1000),
         time_limited=stopped,
         flow_start_ns=np.where(a.f_start >= 0, a.f_start // 1000, -1),

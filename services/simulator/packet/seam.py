@@ -15,6 +15,7 @@ from services.simulator.packet.arrays import (
     MAX_BINS,
     MAX_PACKETS_PER_FLOW,
     MAX_SERIES_BYTES,
+    flow_bits_bytes,
     series_cell_bytes,
 )
 from services.simulator.packet.link_faults import check_routes_survive, down_sets, link_fault_plan
@@ -56,6 +57,10 @@ class PacketEngine:
         if spec.sample_interval_ns:
             bins = 2 * -(-shortest_ns // spec.sample_interval_ns) + 2
         return min(MAX_SERIES_BYTES, snapshot.num_channels * bins * series_cell_bytes(_counted(spec)))
+
+    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
+        """The bitset of the flows that used each link, kept under per-packet modes (arrays.py)."""
+        return flow_bits_bytes(spec.load_balancing, snapshot.num_channels, flows)
 
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
         """LINK_DOWN faults: the routes of every link-down set must carry the workload, or the run

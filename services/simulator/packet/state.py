@@ -74,6 +74,9 @@ class Channels(NamedTuple):
     pause_frames: np.ndarray
     pause_ps: np.ndarray
     pause_since: np.ndarray
+    # uint64 [C, W]: bit f of row c is set once a packet of flow f was sent on channel c (the flows
+    # that actually used each link, under modes that choose per packet); W = 0: not kept.
+    flow_bits: np.ndarray
 
 
 class LossModel(NamedTuple):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from services.simulator.packet.credits import leave_input_buffer
 from services.simulator.packet.heap import schedule
 from services.simulator.packet.kernel import kernel_inline
@@ -32,6 +34,9 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
     pk.ch[p] = c
     ch.tx_bytes[c] += wire
     ch.tx_packets[c] += 1
+    if ch.flow_bits.shape[1] > 0:
+        f = pk.flow[p]
+        ch.flow_bits[c, f >> 6] |= np.uint64(1) << np.uint64(f & 63)
     record_tx(series, run.pr, c, now, duration, wire)
     if ch.from_host[c]:
         ch.busy[c] = 1

@@ -911,7 +911,11 @@ class LinkTotal(_message.Message):
     tier: _builtins.int
     """Tier of the link (max tier of its two ends): 1 host-leaf, 2 leaf-spine, 3 spine-core."""
     flows: _builtins.int
-    """Number of flows that crossed it."""
+    """Number of QP flows whose packets crossed it: at PACKET fidelity under per-packet modes (ADAPTIVE,
+    SPRAY, FLOWLET) the flows that actually used it (a bit per flow and link, kept up to 256 MiB per
+    run; beyond, and under ECMP, the flows whose path crosses it); at FLOW fidelity the flows whose
+    split routes cross it (the fluid model sends a share of each flow on every one).
+    """
     rcv_errors: _builtins.int
     """Packets lost to bit errors at its receiving end (PortRcvErrors)."""
     pause_frames: _builtins.int
