@@ -65,3 +65,28 @@ def test_without_tqdm_a_terminal_gets_plain_lines(monkeypatch) -> None:
     assert not view.bars
     view.show("simulations/a", 1.0, "SUCCEEDED")
     assert "simulations/a: 100.0% SUCCEEDED" in out.getvalue()
+
+
+def test_a_long_single_call_shows_that_it_is_still_going(monkeypatch) -> None:
+    import time as real_time
+
+    from fabrictwin.cli_wait import working
+
+    monkeypatch.setattr(cli_wait, "LINE_INTERVAL_S", 0.0)  # every tick is worth a line here
+    out = io.StringIO()
+    with working(ProgressView(enabled=True, stream=out), "fabric import", "importing dump.topo", tick_s=0.05):
+        real_time.sleep(0.3)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3  # several ticks while the call runs, then the end
+    assert "importing dump.topo: 0." in lines[0] and "done in 0." in lines[-1]
+
+
+def test_a_quick_or_failed_single_call_shows_nothing() -> None:
+    from fabrictwin.cli_wait import working
+
+    out = io.StringIO()
+    with working(ProgressView(enabled=True, stream=out), "fabric import", "importing x", tick_s=0.5):
+        pass
+    with pytest.raises(ValueError), working(ProgressView(enabled=True, stream=out), "k", "x", tick_s=0.5):
+        raise ValueError("refused")
+    assert out.getvalue() == ""

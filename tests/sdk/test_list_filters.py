@@ -54,3 +54,25 @@ def test_the_cli_takes_filter_order_and_limit(servers, capsys) -> None:
     assert captured.out.count("ls-") == 2 and "--limit 0 for all" in captured.err
     assert main([*argv, "--filter", "site = a"]) == 1
     assert "no field 'site'" in capsys.readouterr().err
+
+
+def test_output_formats_wide_json_and_yaml(servers, capsys) -> None:
+    import yaml
+
+    topology, telemetry = servers
+    argv = [f"--topology={topology.address}", f"--telemetry={telemetry.address}"]
+    assert main([*argv, "fabric", "list", "--filter", 'labels.site = "c"']) == 0
+    table = capsys.readouterr().out
+    assert main([*argv, "-o", "wide", "fabric", "list", "--filter", 'labels.site = "c"']) == 0
+    wide = capsys.readouterr().out
+    assert "LABELS" not in table and "LABELS" in wide and "site=c" in wide  # the wide columns
+    assert main([*argv, "--json", "fabric", "list"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main([*argv, "-o", "json", "fabric", "list"]) == 0
+    assert json.loads(capsys.readouterr().out) == as_json
+    assert main([*argv, "-o", "yaml", "fabric", "list"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json  # the same document, as YAML
+    assert main([*argv, "-o", "yaml", "telemetry", "sources", "--limit", "1"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)[0]["name"].startswith("sources/")
+    assert main([*argv, "-o", "wide", "telemetry", "sources"]) == 0
+    assert "RETENTION" in capsys.readouterr().out

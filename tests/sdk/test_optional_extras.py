@@ -85,7 +85,7 @@ def test_the_extras_are_declared_and_the_dev_install_includes_them() -> None:
     assert [d.split(">")[0] for d in extras["plots"]] == ["matplotlib"]
     assert [d.split(">")[0] for d in extras["pandas"]] == ["pandas"]
     assert {d.split(">")[0] for d in extras["parquet"]} == {"pandas", "pyarrow"}
-    assert [d.split(">")[0] for d in extras["cli"]] == ["tqdm", "argcomplete"]
+    assert [d.split(">")[0] for d in extras["cli"]] == ["tqdm", "argcomplete", "pyyaml"]
     root = tomllib.loads((PACKAGE.parents[2] / "pyproject.toml").read_text())["project"]
     assert "fabrictwin[plots,pandas,parquet,cli]" in [
         d.split("#")[0].strip() for d in root["optional-dependencies"]["dev"]

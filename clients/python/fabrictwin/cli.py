@@ -30,7 +30,7 @@ from fabrictwin import (
     cli_telemetry,
     cli_whatif,
 )
-from fabrictwin.cli_common import InputError, leaf, not_utf8, print_json, warn
+from fabrictwin.cli_common import InputError, leaf, not_utf8, print_json, structured_as_yaml, warn
 from fabrictwin.client import SERVICE_NAMES, Addresses, Client, read_token_file
 from fabrictwin.errors import FabricTwinError, InvalidArgumentError
 from fabrictwin.extras import MissingExtraError, require
@@ -143,6 +143,13 @@ def build_parser(env: dict[str, str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--tls-cert", default="", metavar="PEM", help="client certificate chain (mutual TLS)")
     parser.add_argument("--tls-key", default="", metavar="PEM", help="client private key (mutual TLS)")
     parser.add_argument("--json", dest="global_json", action="store_true", help="JSON output for any command")
+    parser.add_argument(
+        "-o",
+        "--output-format",
+        choices=["table", "wide", "json", "yaml"],
+        default="table",
+        help="table (default), wide (lists with more columns), json (as --json) or yaml (the JSON as YAML)",
+    )
 
     # Typed as plain ArgumentParser's: every subcommand's parser is a _Parser (argparse makes them of
     # the parent's class), which the commands' modules need not know.
@@ -211,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2)
         return exc.code if isinstance(exc.code, int) else 0
-    args.json = getattr(args, "json", False) or args.global_json
+    args.json = getattr(args, "json", False) or args.global_json or args.output_format in ("json", "yaml")
+    structured_as_yaml(args.output_format == "yaml")
     try:
         client = _client(args)
     except (InputError, ValueError) as exc:

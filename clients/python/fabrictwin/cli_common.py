@@ -8,16 +8,18 @@ int64 values as strings per the proto3 JSON mapping; lists as a JSON array).
 from __future__ import annotations
 
 import argparse
+import inspect
 import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from fabrictwin.client import Client
+from fabrictwin.extras import require
 from fabrictwin.names import enum_choices
 from fabrictwin.units import parse_duration_ns, parse_size
 
@@ -146,11 +148,25 @@ def message_dict(message: Message) -> dict[str, Any]:
     )
 
 
+# `-o yaml` prints as YAML whatever a command prints as JSON (set by `cli.main` for the command).
+_STRUCTURED = {"yaml": False}
+
+
+def structured_as_yaml(on: bool) -> None:
+    """Whether print_json writes YAML (`-o yaml`) instead of JSON."""
+    _STRUCTURED["yaml"] = on
+
+
 def print_json(value: Any) -> None:
-    """Print a JSON value (dicts, lists, messages inside) to stdout."""
-    print(
-        json.dumps(value, indent=2, default=lambda m: message_dict(m) if isinstance(m, Message) else str(m))
+    """Print a JSON value (dicts, lists, messages inside) to stdout; YAML with `-o yaml`."""
+    text = json.dumps(
+        value, indent=2, default=lambda m: message_dict(m) if isinstance(m, Message) else str(m)
     )
+    if _STRUCTURED["yaml"]:
+        yaml = require("yaml", "cli", "YAML output (-o yaml)")
+        print(yaml.safe_dump(json.loads(text), sort_keys=False, allow_unicode=True).rstrip())
+        return
+    print(text)
 
 
 def emit(args: argparse.Namespace, message: ShownMessage, human: Callable[[ShownMessage], str]) -> None:
@@ -161,13 +177,14 @@ def emit(args: argparse.Namespace, message: ShownMessage, human: Callable[[Shown
         print(human(message))
 
 
-def emit_list(
-    args: argparse.Namespace, messages: Iterable[Message], human: Callable[[Sequence[Any]], str]
-) -> None:
-    """Print a list of messages: a JSON array with --json, else `human(messages)`."""
+def emit_list(args: argparse.Namespace, messages: Iterable[Message], human: Callable[..., str]) -> None:
+    """Print a list of messages: a JSON (or YAML) array with --json / -o json|yaml, else
+    `human(messages)`, with its extra columns (`wide=True`) for `-o wide` where it has some."""
     items = list(messages)
     if args.json:
         print_json([message_dict(m) for m in items])
+    elif getattr(args, "output_format", "table") == "wide" and "wide" in inspect.signature(human).parameters:
+        print(human(items, wide=True))
     else:
         print(human(items))
 

@@ -22,6 +22,7 @@ from fabrictwin.cli_common import (
     subcommands,
     warn,
 )
+from fabrictwin.cli_wait import ProgressView, working
 from fabrictwin.client import Client
 from fabrictwin.format import fabrics_table
 from fabrictwin.names import enum_label
@@ -190,19 +191,21 @@ def _import(client: Client, args: argparse.Namespace) -> int:
         "default_link_speed_gbps": args.default_speed_gbps,
         "default_link_latency_ns": args.default_latency_ns,
     }
+    view = ProgressView(enabled=not args.json)
     if args.format == "lldp":  # one document per node: a directory or a tar archive
-        fabric = client.fabrics.import_lldp(
-            args.file, port_speeds_gbps=_port_speeds(args.port_speed), **common
-        )
+        with working(view, "fabric import", f"importing the LLDP tables of {args.file}"):
+            fabric = client.fabrics.import_lldp(
+                args.file, port_speeds_gbps=_port_speeds(args.port_speed), **common
+            )
     elif args.port_speed:
         raise InputError("--port-speed applies to --format lldp only")
     else:
-        fabric = client.fabrics.import_(
-            args.format,
-            _read_input(args.file),
-            take_slower_end_on_speed_mismatch=args.take_slower_end,
-            **common,
-        )
+        text = _read_input(args.file)
+        size = len(text.encode("utf-8", "surrogateescape"))
+        with working(view, "fabric import", f"importing {args.file} ({size / 1e6:.1f} MB, {args.format})"):
+            fabric = client.fabrics.import_(
+                args.format, text, take_slower_end_on_speed_mismatch=args.take_slower_end, **common
+            )
     emit(args, fabric, _fabric_row)
     for note in fabric.import_notes:
         warn(f"note: {note}")

@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from fabrictwin.client import Client
@@ -27,7 +28,15 @@ from fabrictwin.jobs import is_done
 from fabrictwin.names import enum_label
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2
 
-__all__ = ["LINE_INTERVAL_S", "ProgressView", "Stopped", "add_wait_options", "wait_run", "wait_simulations"]
+__all__ = [
+    "LINE_INTERVAL_S",
+    "ProgressView",
+    "Stopped",
+    "add_wait_options",
+    "wait_run",
+    "wait_simulations",
+    "working",
+]
 
 LINE_INTERVAL_S = 5.0
 
@@ -217,3 +226,33 @@ def _stop(
                 f"stop it with `fabrictwin {stop} {name}`",
                 file=sys.stderr,
             )
+
+
+@contextlib.contextmanager
+def working(view: ProgressView, key: str, what: str, tick_s: float = 0.5) -> Iterator[None]:
+    """Show that one long call (an import of a large dump: a single RPC, so no fraction to report) is
+    still going: `what` and the time so far, refreshed every `tick_s`, then how long it took. A call
+    over before the first tick shows nothing; one that fails shows no "done" (its error says why)."""
+    started = time.monotonic()
+    done = threading.Event()
+    shown = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(tick_s):
+            shown.set()
+            view.show(key, 0.0, f"{what}: {time.monotonic() - started:.1f} s")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    except BaseException:
+        done.set()
+        ticker.join()
+        view.close()
+        raise
+    done.set()
+    ticker.join()
+    if shown.is_set():
+        view.show(key, 1.0, f"{what}: done in {time.monotonic() - started:.1f} s")
+    view.close()

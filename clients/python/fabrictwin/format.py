@@ -132,10 +132,12 @@ def fabric_source(fabric: topology_pb2.Fabric) -> str:
     return "-"
 
 
-def fabrics_table(fabrics: Iterable[topology_pb2.Fabric]) -> str:
-    """One row per fabric: name, source, hosts, switches, links, routing engine and version."""
-    rows = [
-        [
+def fabrics_table(fabrics: Iterable[topology_pb2.Fabric], *, wide: bool = False) -> str:
+    """One row per fabric: name, source, hosts, switches, links, routing engine and version (`wide`:
+    display name, labels, last update)."""
+    rows = []
+    for f in fabrics:
+        row: list[object] = [
             f.name,
             fabric_source(f),
             f.host_count,
@@ -145,11 +147,12 @@ def fabrics_table(fabrics: Iterable[topology_pb2.Fabric]) -> str:
             f.routing_version,
             format_timestamp(f.create_time),
         ]
-        for f in fabrics
-    ]
-    return render_table(
-        ["NAME", "SOURCE", "HOSTS", "SWITCHES", "LINKS", "ROUTING", "VERSION", "CREATED"], rows
-    )
+        if wide:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(f.labels.items()))
+            row += [f.display_name or "-", labels or "-", format_timestamp(f.update_time)]
+        rows.append(row)
+    headers = ["NAME", "SOURCE", "HOSTS", "SWITCHES", "LINKS", "ROUTING", "VERSION", "CREATED"]
+    return render_table(headers + (["DISPLAY_NAME", "LABELS", "UPDATED"] if wide else []), rows)
 
 
 def _mode(lb: common_pb2.LoadBalancing) -> str:
@@ -160,25 +163,34 @@ def _state(state: int) -> str:
     return enum_label(common_pb2.JobState, state)
 
 
-def simulations_table(simulations: Iterable[simulation_pb2.Simulation]) -> str:
-    """One row per simulation: name, fabric, mode, state, makespan, busbw of the first job, uplink skew."""
+def simulations_table(simulations: Iterable[simulation_pb2.Simulation], *, wide: bool = False) -> str:
+    """One row per simulation: name, fabric, mode, state, makespan, busbw of the first job, uplink skew
+    (`wide`: fidelity, transport, routing version, creation time and the error, if any)."""
     rows = []
     for s in simulations:
         done = s.state == common_pb2.JOB_STATE_SUCCEEDED
         first = s.result.jobs[0] if done and s.result.jobs else None
-        rows.append(
-            [
-                s.name,
-                s.spec.fabric or "-",
-                _mode(s.spec.load_balancing),
-                _state(s.state) if done else f"{_state(s.state)} {format_percent(s.progress.fraction)}",
-                format_duration_ns(s.result.makespan_ns) if done else "-",
-                f"{first.busbw_gbps:.1f}" if first else "-",
-                format_ratio(s.result.uplink_skew.max_over_mean) if done else "-",
+        row: list[object] = [
+            s.name,
+            s.spec.fabric or "-",
+            _mode(s.spec.load_balancing),
+            _state(s.state) if done else f"{_state(s.state)} {format_percent(s.progress.fraction)}",
+            format_duration_ns(s.result.makespan_ns) if done else "-",
+            f"{first.busbw_gbps:.1f}" if first else "-",
+            format_ratio(s.result.uplink_skew.max_over_mean) if done else "-",
+        ]
+        if wide:
+            row += [
+                enum_label(simulation_pb2.Fidelity, s.spec.fidelity or simulation_pb2.FIDELITY_FLOW),
+                enum_label(simulation_pb2.Transport, s.spec.transport or simulation_pb2.TRANSPORT_ROCEV2),
+                s.routing_version,
+                format_timestamp(s.create_time),
+                s.error.message[:80] or "-",
             ]
-        )
+        rows.append(row)
+    headers = ["NAME", "FABRIC", "MODE", "STATE", "MAKESPAN", "BUSBW_GBPS", "UPLINK_MAX/MEAN"]
     return render_table(
-        ["NAME", "FABRIC", "MODE", "STATE", "MAKESPAN", "BUSBW_GBPS", "UPLINK_MAX/MEAN"], rows
+        headers + (["FIDELITY", "TRANSPORT", "ROUTING_V", "CREATED", "ERROR"] if wide else []), rows
     )
 
 

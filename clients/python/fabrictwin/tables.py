@@ -126,10 +126,11 @@ def link_series_table(series: Iterable[simulation_pb2.LinkSeries]) -> str:
     )
 
 
-def sources_table(sources: Iterable[telemetry_pb2.Source]) -> str:
-    """One row per telemetry source."""
-    rows = [
-        [
+def sources_table(sources: Iterable[telemetry_pb2.Source], *, wide: bool = False) -> str:
+    """One row per telemetry source (`wide`: ports, newest sample, retention, roll-ups)."""
+    rows = []
+    for s in sources:
+        row: list[object] = [
             s.name,
             enum_label(telemetry_pb2.SourceKind, s.kind).lower(),
             s.fabric or "-",
@@ -137,9 +138,13 @@ def sources_table(sources: Iterable[telemetry_pb2.Source]) -> str:
             s.sample_count,
             format_timestamp(s.create_time),
         ]
-        for s in sources
-    ]
-    return render_table(["NAME", "KIND", "FABRIC", "SIMULATION", "SAMPLES", "CREATED"], rows)
+        if wide:
+            retention = format_duration_ns(s.retention_ns) if s.retention_ns else "forever"
+            row += [s.port_count, s.newest_sample_ns, retention, s.rolled_up_until_ns]
+        rows.append(row)
+    headers = ["NAME", "KIND", "FABRIC", "SIMULATION", "SAMPLES", "CREATED"]
+    wide_headers = ["PORTS", "NEWEST_NS", "RETENTION", "ROLLED_UP_UNTIL_NS"]
+    return render_table(headers + (wide_headers if wide else []), rows)
 
 
 def series_table(series: Iterable[telemetry_pb2.Series]) -> str:
@@ -155,10 +160,11 @@ def port_values_table(values: Iterable[telemetry_pb2.PortValue]) -> str:
     )
 
 
-def scenarios_table(scenarios: Iterable[scenario_pb2.Scenario]) -> str:
-    """One row per scenario: fabric, jobs, modes, seed."""
-    rows = [
-        [
+def scenarios_table(scenarios: Iterable[scenario_pb2.Scenario], *, wide: bool = False) -> str:
+    """One row per scenario: fabric, jobs, modes, seed (`wide`: display name, fidelity, sweeps, variants)."""
+    rows = []
+    for s in scenarios:
+        row: list[object] = [
             s.name,
             s.fabric or "-",
             len(s.jobs),
@@ -166,15 +172,25 @@ def scenarios_table(scenarios: Iterable[scenario_pb2.Scenario]) -> str:
             s.seed,
             format_timestamp(s.create_time),
         ]
-        for s in scenarios
-    ]
-    return render_table(["NAME", "FABRIC", "JOBS", "MODES", "SEED", "CREATED"], rows)
+        if wide:
+            sweeps = ";".join(f"{w.parameter}={','.join(w.values)}" for w in s.sweeps)
+            row += [
+                s.display_name or "-",
+                enum_label(simulation_pb2.Fidelity, s.fidelity or simulation_pb2.FIDELITY_FLOW),
+                sweeps[:60] or "-",
+                ",".join(v.label for v in s.variants)[:60] or "-",
+            ]
+        rows.append(row)
+    headers = ["NAME", "FABRIC", "JOBS", "MODES", "SEED", "CREATED"]
+    return render_table(headers + (["DISPLAY_NAME", "FIDELITY", "SWEEPS", "VARIANTS"] if wide else []), rows)
 
 
-def runs_table(runs: Iterable[scenario_pb2.Run]) -> str:
-    """One row per run: state, progress, results, creation and end times."""
-    rows = [
-        [
+def runs_table(runs: Iterable[scenario_pb2.Run], *, wide: bool = False) -> str:
+    """One row per run: state, progress, results, creation and end times (`wide`: the routing version
+    it is pinned to, its stage, and its error, if any)."""
+    rows = []
+    for r in runs:
+        row: list[object] = [
             r.name,
             enum_label(common_pb2.JobState, r.state),
             format_percent(r.progress.fraction),
@@ -182,9 +198,11 @@ def runs_table(runs: Iterable[scenario_pb2.Run]) -> str:
             format_timestamp(r.create_time),
             format_timestamp(r.end_time),
         ]
-        for r in runs
-    ]
-    return render_table(["NAME", "STATE", "PROGRESS", "RESULTS", "CREATED", "ENDED"], rows)
+        if wide:
+            row += [r.routing_version, r.progress.stage or "-", r.error.message[:80] or "-"]
+        rows.append(row)
+    headers = ["NAME", "STATE", "PROGRESS", "RESULTS", "CREATED", "ENDED"]
+    return render_table(headers + (["ROUTING_V", "STAGE", "ERROR"] if wide else []), rows)
 
 
 def run_report(run: scenario_pb2.Run) -> str:
