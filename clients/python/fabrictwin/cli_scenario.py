@@ -90,7 +90,12 @@ def _create(client: Client, args: argparse.Namespace) -> int:
 
 
 def _run(client: Client, args: argparse.Namespace) -> int:
-    run = client.scenarios.run(args.name, run_id=args.id)
+    return follow_run(client, args, client.scenarios.run(args.name, run_id=args.id))
+
+
+def follow_run(client: Client, args: argparse.Namespace, run: scenario_pb2.Run) -> int:
+    """A started run: printed as it is, or with --wait followed to its end (progress, Ctrl-C) and
+    printed with its comparison (or written with --output); exit 1 unless it succeeded."""
     if not args.wait:
         emit(args, run, run_report)
         return 0

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import argparse
 
-from fabrictwin.cli_common import choice, emit, leaf, message_dict, print_json, warn
-from fabrictwin.cli_simulation import add_workload_options, job_from_args, transport_and_faults
-from fabrictwin.cli_wait import Stopped, add_wait_options, wait_run
+from fabrictwin.cli_common import choice, leaf
+from fabrictwin.cli_scenario import follow_run
+from fabrictwin.cli_simulation import (
+    add_workload_options,
+    job_from_args,
+    modes_from_args,
+    transport_and_faults,
+)
+from fabrictwin.cli_wait import add_wait_options
 from fabrictwin.client import Client
-from fabrictwin.format import comparison_table
-from fabrictwin.names import enum_label, resource_name
+from fabrictwin.names import resource_name
 from fabrictwin.specs import load_balancing
-from fabrictwin.tables import run_report
 from fabrictwin.v1 import common_pb2, scenario_pb2, simulation_pb2, topology_pb2
 
 __all__ = ["register"]
@@ -49,44 +53,15 @@ def _scenario(client: Client, args: argparse.Namespace) -> scenario_pb2.Scenario
 
 
 def _whatif(client: Client, args: argparse.Namespace) -> int:
-    modes = [
-        load_balancing(
-            mode,
-            seed=args.hash_seed,
-            spray_random=args.spray_random and mode == "spray",
-            flowlet_gap_ns=args.flowlet_gap_ns if mode == "flowlet" else 0,
-        )
-        for mode in dict.fromkeys(args.mode or [])
-    ]
     run = client.scenarios.what_if(
         _scenario(client, args),
         repair_links=args.repair,
         routing_engines=args.routing,
-        modes=modes,
+        modes=modes_from_args(args),  # --mode: the modes to try (none by default)
         all_clean=args.all_clean,
         scenario_id=args.id,
     )
-    if not args.wait:
-        emit(args, run, run_report)
-        return 0
-    try:
-        run = wait_run(client, run.name, args)
-    except Stopped as stopped:
-        return stopped.exit_code
-    succeeded = run.state == common_pb2.JOB_STATE_SUCCEEDED
-    comparison = client.scenarios.compare([run.name]) if succeeded else None
-    if args.json:
-        print_json({"run": message_dict(run), "comparison": message_dict(comparison) if comparison else None})
-    else:
-        print(run_report(run))
-        if comparison is not None:
-            print()
-            print(comparison_table(comparison))
-    if not succeeded:
-        reason = f": {run.error.message}" if run.error.message else ""
-        warn(f"error: {run.name} {enum_label(common_pb2.JobState, run.state)}{reason}")
-        return 1
-    return 0
+    return follow_run(client, args, run)
 
 
 def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
