@@ -38,6 +38,7 @@ from services.topology.messages import (
 from services.topology.registry import FabricRegistry, RoutedFabric
 from services.topology.routing import list_paths
 from services.topology.routing.tables import forwarding_table
+from services.topology.what_if import WhatIfSnapshot
 
 __all__ = ["TopologyServicer"]
 
@@ -260,14 +261,20 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         routed = await self.registry.routed(fabric_id)
         return link_message(fabric_id, routed.fabric, _link_index(routed, request.name, link))
 
-    async def GetFabricSnapshot(self, request, context):
-        snapshot = await self.registry.snapshot(
+    async def _snapshot(
+        self, request: topology_pb2.GetFabricSnapshotRequest | topology_pb2.StreamFabricSnapshotRequest
+    ) -> WhatIfSnapshot:
+        """The snapshot both snapshot calls ask for: a routing version, links down or repaired, an engine."""
+        return await self.registry.snapshot(
             _fabric_id(request.name),
             request.down_links,
             routing_version=_routing_version(request.routing_version),
             up_links=request.up_links,
             routing_engine=engine_name(request.routing_engine, "routing_engine") or "",
         )
+
+    async def GetFabricSnapshot(self, request, context):
+        snapshot = await self._snapshot(request)
         data = snapshot.snapshot_bytes
         if len(data) > self.max_message_bytes - 1024:
             raise ResourceExhausted(
@@ -277,13 +284,7 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         return await asyncio.to_thread(topology_pb2.FabricSnapshot.FromString, data)
 
     async def StreamFabricSnapshot(self, request, context):
-        snapshot = await self.registry.snapshot(
-            _fabric_id(request.name),
-            request.down_links,
-            routing_version=_routing_version(request.routing_version),
-            up_links=request.up_links,
-            routing_engine=engine_name(request.routing_engine, "routing_engine") or "",
-        )
+        snapshot = await self._snapshot(request)
         data = snapshot.snapshot_bytes
         chunk = min(_SNAPSHOT_CHUNK_BYTES, self.max_message_bytes // 2)  # well within any client's limit
         for start in range(0, max(len(data), 1), chunk):
