@@ -13,21 +13,16 @@ PostgreSQL runs when FABRICTWIN_BENCH_POSTGRES_URL (or FABRICTWIN_TEST_POSTGRES_
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 
-import sqlalchemy as sa
 from fabrictwin.link_health import assess
 from fabrictwin.v1 import topology_pb2
 
-from bench.bench_telemetry import _postgres_url, _service, _sqlite_dataset_url
+from bench.bench_telemetry import _postgres_url, _service, _sqlite_dataset_url, generated_source
 from bench.registry import benchmark
-from services.common.errors import NotFound
 from services.telemetry.partitions import partition_name
-from services.telemetry.rollups import bucket_start
-from services.telemetry.schema import metric_bit, ports, sources
-from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
+from services.telemetry.store import TelemetryStore
 
 SOURCE = "bench-health-4k-links"
 LINKS = 4_096
@@ -85,39 +80,18 @@ def _fill(store: TelemetryStore, key: int, sqlite: bool) -> None:
             connection.exec_driver_sql(f"VACUUM ANALYZE {partition_name('telemetry_samples', key)}")
 
 
-def _dataset(database_url: str, sqlite: bool) -> dict:
-    rows = 2 * LINKS * SECONDS
-    store = TelemetryStore.open(database_url)
-    try:
-        with contextlib.suppress(NotFound):
-            found = store.get_source(SOURCE)
-            if found.sample_count == rows and found.rolled_up_until_ns == bucket_start((SECONDS - 1) * S):
-                return {"dataset": "reused from an earlier run"}
-            store.delete_source(SOURCE)
-        begin = time.perf_counter()
-        key = store.create_source(SourceRecord(SOURCE, SourceKind.LIVE)).key
-        names = [{"source_key": key, "name": _port(link, side)} for link in range(LINKS) for side in (0, 1)]
-        with store.engine.begin() as connection:
-            connection.execute(sa.insert(ports), names)
-        _fill(store, key, sqlite)
-        mask = 0
-        for metric in METRICS:
-            mask |= metric_bit(metric)
-        with store.engine.begin() as connection:
-            connection.execute(
-                sa.update(sources)
-                .where(sources.c.key == key)
-                .values(sample_count=rows, newest_time_ns=(SECONDS - 1) * S, metrics_mask=mask)
-            )
-        generated = time.perf_counter() - begin
-        begin = time.perf_counter()
-        store.sweep(SOURCE)
-        return {
-            "dataset_generate_s": round(generated, 1),
-            "dataset_rollup_s": round(time.perf_counter() - begin, 1),
-        }
-    finally:
-        store.close()
+def _dataset(database_url: str, sqlite: bool) -> dict[str, object]:
+    generated, rolled_up = generated_source(
+        database_url,
+        SOURCE,
+        [_port(link, side) for link in range(LINKS) for side in (0, 1)],
+        (SECONDS - 1) * S,
+        METRICS,
+        lambda store, key: _fill(store, key, sqlite),
+    )
+    if generated is None or rolled_up is None:
+        return {"dataset": "reused from an earlier run"}
+    return {"dataset_generate_s": round(generated, 1), "dataset_rollup_s": round(rolled_up, 1)}
 
 
 def _links() -> list[topology_pb2.Link]:

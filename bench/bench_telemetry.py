@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -120,36 +120,58 @@ def _fill_sqlite(store: TelemetryStore, key: int) -> None:
         connection.exec_driver_sql("ANALYZE")
 
 
-def dataset(database_url: str, sqlite: bool) -> Dataset:
-    """The 50M-row source in `database_url`, made (and rolled up) unless an earlier run left it there."""
-    rows = LINKS * SECONDS
+def generated_source(
+    database_url: str,
+    source_id: str,
+    port_names: Sequence[str],
+    newest_ns: int,
+    metrics: Sequence[str],
+    fill: Callable[[TelemetryStore, int], None],
+) -> tuple[float | None, float | None]:
+    """A LIVE source of `port_names` whose rows `fill(store, key)` writes in SQL, one per port and
+    second up to `newest_ns`, rolled up by the sweep; (generate s, roll-up s), or (None, None) when an
+    earlier run left it complete in `database_url`."""
+    rows = len(port_names) * (newest_ns // S + 1)
     store = TelemetryStore.open(database_url)
     try:
         with contextlib.suppress(NotFound):
-            found = store.get_source(DATASET_SOURCE)
-            if found.sample_count == rows and found.rolled_up_until_ns == bucket_start((SECONDS - 1) * S):
-                return Dataset(rows, None, None)
-            store.delete_source(DATASET_SOURCE)
+            found = store.get_source(source_id)
+            if found.sample_count == rows and found.rolled_up_until_ns == bucket_start(newest_ns):
+                return None, None
+            store.delete_source(source_id)
         begin = time.perf_counter()
-        key = store.create_source(SourceRecord(DATASET_SOURCE, SourceKind.LIVE)).key
+        key = store.create_source(SourceRecord(source_id, SourceKind.LIVE)).key
         with store.engine.begin() as connection:
-            connection.execute(
-                sa.insert(ports), [{"source_key": key, "name": f"link-{link}"} for link in range(LINKS)]
-            )
-        (_fill_sqlite if sqlite else _fill_postgresql)(store, key)
-        mask = metric_bit("utilisation") | metric_bit("tx_bytes")
+            connection.execute(sa.insert(ports), [{"source_key": key, "name": name} for name in port_names])
+        fill(store, key)
+        mask = 0
+        for metric in metrics:
+            mask |= metric_bit(metric)
         with store.engine.begin() as connection:
             connection.execute(
                 sa.update(sources)
                 .where(sources.c.key == key)
-                .values(sample_count=rows, newest_time_ns=(SECONDS - 1) * S, metrics_mask=mask)
+                .values(sample_count=rows, newest_time_ns=newest_ns, metrics_mask=mask)
             )
         generated = time.perf_counter() - begin
         begin = time.perf_counter()
-        store.sweep(DATASET_SOURCE)
-        return Dataset(rows, generated, time.perf_counter() - begin)
+        store.sweep(source_id)
+        return generated, time.perf_counter() - begin
     finally:
         store.close()
+
+
+def dataset(database_url: str, sqlite: bool) -> Dataset:
+    """The 50M-row source in `database_url`, made (and rolled up) unless an earlier run left it there."""
+    generated, rolled_up = generated_source(
+        database_url,
+        DATASET_SOURCE,
+        [f"link-{link}" for link in range(LINKS)],
+        (SECONDS - 1) * S,
+        ("utilisation", "tx_bytes"),
+        _fill_sqlite if sqlite else _fill_postgresql,
+    )
+    return Dataset(LINKS * SECONDS, generated, rolled_up)
 
 
 def _postgres_url() -> str:
