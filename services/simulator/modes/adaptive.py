@@ -6,13 +6,8 @@ At FLOW fidelity there are no queues: the fluid limit, an even split over each e
 
 from __future__ import annotations
 
-import numpy as np
-
-from services.common.snapshot import FabricSnapshot
-from services.simulator.modes.base import endpoint_columns
-from services.simulator.routes import FlowRoutes, split_flows_evenly
+from services.simulator.modes.base import PerPacketPaths
 from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
-from services.simulator.workload import Workload
 
 __all__ = ["Adaptive", "even_split_note"]
 
@@ -24,22 +19,13 @@ def even_split_note(mode: LoadBalancingMode) -> str:
     )
 
 
-class Adaptive:
+class Adaptive(PerPacketPaths):
     mode = LoadBalancingMode.ADAPTIVE
     fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ()
-    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         """Nothing beyond the shared checks."""
-
-    def route_key_columns(self, lb: LoadBalancingSpec, workload: Workload) -> list[np.ndarray]:
-        return endpoint_columns(workload)
-
-    def flow_routes(
-        self, lb: LoadBalancingSpec, snapshot: FabricSnapshot, keys: np.ndarray, switch_latency_ns: int
-    ) -> FlowRoutes:
-        return split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
 
     def flow_notes(self, lb: LoadBalancingSpec) -> list[str]:
         return [even_split_note(self.mode)]

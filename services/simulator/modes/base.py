@@ -20,11 +20,11 @@ from typing import Protocol
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
-from services.simulator.routes import FlowRoutes
+from services.simulator.routes import FlowRoutes, split_flows_evenly
 from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
 from services.simulator.workload import Workload
 
-__all__ = ["Mode", "endpoint_columns"]
+__all__ = ["Mode", "PerPacketPaths", "endpoint_columns"]
 
 
 class Mode(Protocol):
@@ -53,3 +53,19 @@ class Mode(Protocol):
 def endpoint_columns(workload: Workload) -> list[np.ndarray]:
     """Route keys of a mode that treats every flow between two hosts alike: (source, destination)."""
     return [workload.flow_source, workload.flow_destination]
+
+
+class PerPacketPaths:
+    """The FLOW path split of the modes that choose per packet (ADAPTIVE, SPRAY, FLOWLET): flows
+    between the same two hosts share one route set, an even split over every equal-cost group (the
+    PACKET engine installs the groups from these rows and chooses among them itself)."""
+
+    pins_flows = False
+
+    def route_key_columns(self, lb: LoadBalancingSpec, workload: Workload) -> list[np.ndarray]:
+        return endpoint_columns(workload)
+
+    def flow_routes(
+        self, lb: LoadBalancingSpec, snapshot: FabricSnapshot, keys: np.ndarray, switch_latency_ns: int
+    ) -> FlowRoutes:
+        return split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)

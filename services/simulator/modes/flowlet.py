@@ -4,23 +4,17 @@ then takes the least-loaded equal-cost output. Only the PACKET engine sees pause
 
 from __future__ import annotations
 
-import numpy as np
-
 from services.common.errors import InvalidArgument
-from services.common.snapshot import FabricSnapshot
-from services.simulator.modes.base import endpoint_columns
-from services.simulator.routes import FlowRoutes, split_flows_evenly
+from services.simulator.modes.base import PerPacketPaths
 from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
-from services.simulator.workload import Workload
 
 __all__ = ["Flowlet"]
 
 
-class Flowlet:
+class Flowlet(PerPacketPaths):
     mode = LoadBalancingMode.FLOWLET
     fidelities = frozenset({Fidelity.PACKET})
     own_fields: tuple[str, ...] = ("flowlet_gap_ns",)
-    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         lb = spec.load_balancing
@@ -31,15 +25,6 @@ class Flowlet:
                 f"FLOWLET needs a positive idle gap (e.g. 2000 ns), got {lb.flowlet_gap_ns}; "
                 "a zero gap would be per-packet adaptive routing (use ADAPTIVE)",
             )
-
-    def route_key_columns(self, lb: LoadBalancingSpec, workload: Workload) -> list[np.ndarray]:
-        return endpoint_columns(workload)
-
-    def flow_routes(
-        self, lb: LoadBalancingSpec, snapshot: FabricSnapshot, keys: np.ndarray, switch_latency_ns: int
-    ) -> FlowRoutes:
-        # The PACKET engine installs the equal-cost groups from these rows and picks per flowlet.
-        return split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
 
     def flow_notes(self, lb: LoadBalancingSpec) -> list[str]:
         return []  # refused at FLOW fidelity (fidelities)

@@ -7,34 +7,20 @@ buffer (its peak is reported as 0), as its notes say.
 
 from __future__ import annotations
 
-import numpy as np
-
-from services.common.snapshot import FabricSnapshot
 from services.simulator.modes.adaptive import even_split_note
-from services.simulator.modes.base import endpoint_columns
-from services.simulator.routes import FlowRoutes, split_flows_evenly
+from services.simulator.modes.base import PerPacketPaths
 from services.simulator.spec import Fidelity, LoadBalancingMode, LoadBalancingSpec, SimulationSpec
-from services.simulator.workload import Workload
 
 __all__ = ["Spray"]
 
 
-class Spray:
+class Spray(PerPacketPaths):
     mode = LoadBalancingMode.SPRAY
     fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ("spray_random",)
-    pins_flows = False
 
     def validate(self, spec: SimulationSpec) -> None:
         """Nothing beyond the shared checks."""
-
-    def route_key_columns(self, lb: LoadBalancingSpec, workload: Workload) -> list[np.ndarray]:
-        return endpoint_columns(workload)
-
-    def flow_routes(
-        self, lb: LoadBalancingSpec, snapshot: FabricSnapshot, keys: np.ndarray, switch_latency_ns: int
-    ) -> FlowRoutes:
-        return split_flows_evenly(snapshot, keys[:, 0], keys[:, 1], switch_latency_ns)
 
     def flow_notes(self, lb: LoadBalancingSpec) -> list[str]:
         return [
