@@ -16,7 +16,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.modes import mode_of
 from services.simulator.packet import layout as L
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
-from services.simulator.packet.heap import heap_push
+from services.simulator.packet.heap import grow_heap, heap_capacity, heap_push, new_heap
 from services.simulator.packet.state import (
     Channels,
     Flows,
@@ -227,7 +227,7 @@ class EngineArrays:
         self.dep_arrival = workload.dependent_needs_arrival.astype(np.uint8)
 
         self._alloc_packets(4096)
-        self._alloc_heap(max(4096, 4 * workload.transfer_count + 1024))
+        self._alloc_heap(4096)  # grows with the events pending, not the transfers of the run
         self.sc = np.zeros(L.SC_SIZE, dtype=np.int64)
         self.sc[L.SC_FREE], self.sc[L.SC_FREE_COUNT] = 0, len(self.p_flow)
         self.sc[L.SC_ROB_FREE], self.sc[L.SC_ROB_FREE_COUNT] = 0, len(self.rob_next)
@@ -430,22 +430,16 @@ class EngineArrays:
         self.f_fl_last = np.zeros(count * self.max_hops, dtype=np.int64)
 
     def _alloc_heap(self, count: int) -> None:
-        self.h_time = np.zeros(count, dtype=np.int64)
-        self.h_kind = np.zeros(count, dtype=np.int8)
-        self.h_arg = np.zeros(count, dtype=np.int64)
+        self.heap = new_heap(count)
 
     def _push(self, time_ps: int, kind: int, arg: int) -> None:
         # Python-side push for the initial events (sift-up as in the compiled heap).
-        self.sc[L.SC_HEAP] = heap_push(
-            self.h_time, self.h_kind, self.h_arg, int(self.sc[L.SC_HEAP]), time_ps, kind, arg
-        )
-        if self.sc[L.SC_HEAP] + 8 >= len(self.h_time):
+        self.sc[L.SC_HEAP] = heap_push(self.heap, int(self.sc[L.SC_HEAP]), time_ps, kind, arg)
+        if self.sc[L.SC_HEAP] + 8 >= heap_capacity(self.heap):
             self.grow_heap()
 
     def grow_heap(self) -> None:
-        for name in ("h_time", "h_kind", "h_arg"):
-            old = getattr(self, name)
-            setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+        self.heap = grow_heap(self.heap)
 
     def _extend_free_list(self, next_slot: np.ndarray, head: int, count: int) -> np.ndarray:
         """Double a pool whose free slots are chained through `next_slot`: the new slots go in front
@@ -496,7 +490,7 @@ class EngineArrays:
         """The loop's arguments: the arrays as they are now, in the groups of `state.py`."""
         return (
             Run(self.sc, self.pr, self.pf, self.rng),
-            Heap(self.h_time, self.h_kind, self.h_arg),
+            Heap(self.heap),
             Channels(
                 self.ch_target,
                 self.ch_source,

@@ -39,7 +39,7 @@ from services.simulator.packet.dcqcn import cnp_arrives, timer_fires
 from services.simulator.packet.failures import corrupted, injected_loss, link_changes, lost_on_wire
 from services.simulator.packet.forward import choose
 from services.simulator.packet.gobackn import ack_arrives, timeout_fires
-from services.simulator.packet.heap import heap_pop, schedule
+from services.simulator.packet.heap import PAD, heap_arg, heap_kind, heap_pop, heap_time, schedule
 from services.simulator.packet.kernel import kernel, kernel_inline
 from services.simulator.packet.layout import (
     CN_CREDITS,
@@ -153,23 +153,23 @@ def _room_needed(run, heap, ch):
     sc, pr = run.sc, run.pr
     need_heap = 2 * pr[PR_MAX_FLOWS_PER_TRANSFER] + pr[PR_MAX_DEPENDENTS] + 8
     need_packets = pr[PR_MAX_FLOWS_PER_TRANSFER] + 1
-    cap_heap = heap.time.shape[0]
+    cap_heap = heap.ev.shape[0] // 2 - PAD
     if sc[SC_HEAP] + need_heap > cap_heap:
         return RC_GROW_HEAP
     if sc[SC_FREE_COUNT] < need_packets:
         return RC_GROW_PACKETS
     if sc[SC_ROB_FREE_COUNT] < need_packets:
         return RC_GROW_ROB
-    if pr[PR_STOP] > 0 and heap.time[0] > pr[PR_STOP]:
+    if pr[PR_STOP] > 0 and heap_time(heap.ev, 0) > pr[PR_STOP]:
         return RC_STOPPED
-    if pr[PR_LINK_EVENTS] == 1 and heap.kind[0] == EV_LINK:
+    if pr[PR_LINK_EVENTS] == 1 and heap_kind(heap.ev, 0) == EV_LINK:
         # Taking a link down discards its queues: each packet may return a credit and finish a
         # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
-        first = heap.arg[0] >> 1 << 1
+        first = heap_arg(heap.ev, 0) >> 1 << 1
         queued = (ch.q_bytes[first] + ch.q_bytes[first + 1]) // (pr[PR_HEADER] + 1) + 2
         if sc[SC_HEAP] + queued * (2 + pr[PR_MAX_DEPENDENTS]) + need_heap > cap_heap:
             return RC_GROW_HEAP
-    if heap.time[0] + pr[PR_MAX_TX] >= pr[PR_BINS] * pr[PR_INTERVAL]:
+    if heap_time(heap.ev, 0) + pr[PR_MAX_TX] >= pr[PR_BINS] * pr[PR_INTERVAL]:
         return RC_GROW_BINS
     return _NO_CODE
 
@@ -185,7 +185,7 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
         code = _room_needed(run, heap, ch)
         if code != _NO_CODE:
             return code
-        now, kind, arg, size = heap_pop(heap.time, heap.kind, heap.arg, sc[SC_HEAP])
+        now, kind, arg, size = heap_pop(heap.ev, sc[SC_HEAP])
         sc[SC_HEAP] = size
         sc[SC_NOW] = now
         sc[SC_EVENTS] += 1

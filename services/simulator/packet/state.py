@@ -37,11 +37,9 @@ class Run(NamedTuple):
 
 
 class Heap(NamedTuple):
-    """The event queue (`heap.py`): time (ps), kind (`layout.EV_*`) and argument of each event."""
+    """The event queue (`heap.py`): per event its time (ps) and `arg << 4 | kind` (`layout.EV_*`)."""
 
-    time: np.ndarray
-    kind: np.ndarray
-    arg: np.ndarray
+    ev: np.ndarray
 
 
 class Channels(NamedTuple):
