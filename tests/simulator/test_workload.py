@@ -183,3 +183,21 @@ def test_unique_rows_matches_numpys_row_unique(rows):
     got, rank = unique_rows([table[:, i] for i in range(table.shape[1])])
     assert np.array_equal(got, expected)
     assert np.array_equal(rank, inverse.reshape(-1))
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 2)), min_size=1, max_size=60),
+    st.lists(
+        st.tuples(st.integers(-(2**40), 2**40), st.integers(0, 2**30), st.integers(0, 2**40)), min_size=1
+    ),
+)
+def test_unique_rows_matches_numpy_with_small_and_overflowing_key_spaces(small, huge):
+    """Small ranges take the key-table path; ranges whose product overflows int64, the column-wise one."""
+    from services.simulator.paths import unique_rows
+
+    for rows in (small, huge):
+        table = np.array(rows, dtype=np.int64)
+        expected, inverse = np.unique(table, axis=0, return_inverse=True)
+        got, rank = unique_rows([table[:, i] for i in range(table.shape[1])])
+        assert np.array_equal(got, expected)
+        assert np.array_equal(rank, inverse.reshape(-1))
