@@ -51,6 +51,7 @@ class EngineRun:
     packets: PacketStats | None = None
     flow_counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     job_counters: list[dict[str, int]] | None = None  # per job
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # the engine's phases
 
 
 def assemble_outcome(
@@ -67,7 +68,7 @@ def assemble_outcome(
     flows = flow_outcomes(workload, run.routes, run.flow_route, run.flow_start_ns, run.flow_finish_ns, names)
     flows.counters = run.flow_counters
     rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
-    return SimulationOutcome(
+    outcome = SimulationOutcome(
         fabric=snapshot.fabric,
         routing_version=snapshot.routing_version,
         jobs=jobs,
@@ -84,6 +85,12 @@ def assemble_outcome(
         + run_limit_notes(spec, jobs, run.time_limited, run.series.interval_ns),
         packets=run.packets,
     )
+    # The engine's own phases, and the rest (assembling this outcome) as "results".
+    phases = dict(run.phase_seconds) or {"engine": 0.0}
+    rest = max(0.0, outcome.wall_seconds - sum(phases.values()))
+    phases["results" if run.phase_seconds else "engine"] = rest
+    outcome.phase_seconds = phases
+    return outcome
 
 
 def flow_outcomes(

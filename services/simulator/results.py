@@ -128,6 +128,9 @@ class SimulationOutcome:
     sample_interval_ns: int
     model_notes: list[str]
     packets: PacketStats | None = None  # PACKET fidelity only
+    # Where the wall time went, in seconds by phase (workload, routes, engine setup, event loop,
+    # results; "engine" where an engine does not split its own), in the order they ran.
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -9,6 +9,7 @@ The service checks at StartSimulation (checks.py) and runs `run_in_worker` in a 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,9 +49,13 @@ def run_simulation(
     if not isinstance(spec, SimulationSpec):
         spec = SimulationSpec.from_dict(spec)
     fabric = RunFabric(snapshot, what_if or {})
+    started = time.perf_counter()
     check_simulation(spec, snapshot)
     workload = check_routes(spec, fabric)
-    return simulate(spec, fabric, progress, workload)
+    checked = time.perf_counter() - started
+    outcome = simulate(spec, fabric, progress, workload)
+    outcome.phase_seconds = {"checks_and_workload": checked, **outcome.phase_seconds}
+    return outcome
 
 
 def simulate(

@@ -3,6 +3,7 @@ cancellation, growing arrays, routing epochs), and returns what happened (`repor
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -41,11 +42,15 @@ def simulate_packets(
     flow_route: np.ndarray,
     config: PacketEngineConfig,
     progress: Callable[[float], bool] | None = None,
+    phases: dict[str, float] | None = None,
 ) -> PacketRun:
     """Run the workload packet by packet; `progress(fraction)` returning False cancels (Cancelled).
 
     A `progress` with a `report_stage(text)` method is told COMPILING_STAGE while the engine compiles.
+    `phases`, when given, receives the seconds of "engine_setup", "event_loop" (including the first
+    run's compile) and "engine_report".
     """
+    started = time.perf_counter()
     fixed = config.sample_interval_ns > 0
     if fixed:
         interval_ps = config.sample_interval_ns * 1000
@@ -54,6 +59,7 @@ def simulate_packets(
         # A power of two of whole nanoseconds, so the interval reported in ns is the one used.
         interval_ps = 1000 << max(0, int(np.ceil(np.log2(max(1.0, guess_ps / 1000 / (MAX_BINS / 2))))))
     arrays = EngineArrays(snapshot, workload, routes, flow_route, config, interval_ps)
+    loop_started = time.perf_counter()
     total_bytes = max(1, int(workload.flow_size_bytes.sum()))
     # The first run of this engine source compiles it (about a minute): say so to whoever waits, when
     # the progress callback can carry a stage (the service's WorkerProgress.report_stage).
@@ -103,4 +109,10 @@ def simulate_packets(
             )
         else:  # pragma: no cover - a code the loop does not return
             raise RuntimeError(f"packet engine returned {code}")
-    return run_result(arrays, code == L.RC_STOPPED)
+    report_started = time.perf_counter()
+    result = run_result(arrays, code == L.RC_STOPPED)
+    if phases is not None:
+        phases["engine_setup"] = loop_started - started
+        phases["event_loop"] = report_started - loop_started
+        phases["engine_report"] = time.perf_counter() - report_started
+    return result

@@ -207,7 +207,8 @@ def run_packet_simulation(
         link_events=link_events,
         reroutes=epochs,
     )
-    run = simulate_packets(workload, snapshot, routes, flow_route, config, progress)
+    phases = {"routes": time.perf_counter() - started}
+    run = simulate_packets(workload, snapshot, routes, flow_route, config, progress, phases)
 
     # Ports that carried traffic, and ports that did not but have something to report: PAUSEs sent
     # for the data coming the other way, a link that went down, discards, receive errors.
@@ -292,6 +293,7 @@ def run_packet_simulation(
             "dropped_packets": run.flow_dropped,
         },
         job_counters=_job_counters(workload, run),
+        phase_seconds=phases,
     )
     return assemble_outcome(spec, snapshot, workload, measured, started)
 
