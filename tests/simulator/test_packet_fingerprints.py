@@ -221,33 +221,38 @@ def run_packets(data: dict, fabric):
     return runs[0]
 
 
+# Retaken when the event queue became a timing wheel (heap.py): events of the same instant now pop in
+# a seeded random order instead of the order the old heap's layout happened to give. 22 of the 24
+# changed; makespans moved by under 2.3% except where one tie decides a Go-Back-N resend storm
+# (go_back_n +30%, bit_errors +24%, dcqcn +14%, infiniband_spray +57%: spraying's reordering under
+# Go-Back-N), and every closed-form and fidelity test passes unchanged.
 EXPECTED = {
-    "adaptive": "2cddc05638095334857216a0",
-    "bit_errors": "f5ffa809398b819f14bafa45",
-    "dcqcn": "6de04a4e2c4f4ed2a6638fe9",
-    "dcqcn_mark_once": "42b1f41992b5982c3e37b379",
-    "double_binary_tree": "bb87302d3f92b6722103d84d",
-    "ecmp_fixed_interval_growing_bins": "4e71f90e7d2b6f93685f6c4a",
-    "ecmp_lossy": "b1afa7e45fb923107db9341f",
-    "flowlet": "349617357c5ffa4c782ed2de",
-    "gilbert_elliott_lossy": "f1ba39856a3935011469e1f0",
-    "go_back_n": "918e3faf21934b4877b23973",
-    "go_back_n_drop_once": "563e628a406dd2770d16aa3e",
-    "infiniband_bit_errors": "2fba5dc9ba9cd3d06848652b",
+    "adaptive": "22247657074dfa961f20bebd",
+    "bit_errors": "47ce54a72148c6675fc08b1d",
+    "dcqcn": "916aebd1285cbd48e955059e",
+    "dcqcn_mark_once": "2c67ac65f32303cf25c0a955",
+    "double_binary_tree": "4e85313e290891455430df49",
+    "ecmp_fixed_interval_growing_bins": "8dcb92cc9f22c2b85dd07d46",
+    "ecmp_lossy": "890369740307aff4cd732c24",
+    "flowlet": "5cc7214741449ea4dc17c105",
+    "gilbert_elliott_lossy": "b196c7d65a106142fb8b5b89",
+    "go_back_n": "95186b53f98963971c6ebae8",
+    "go_back_n_drop_once": "8fe0259e68807fd6e3e7a39a",
+    "infiniband_bit_errors": "5a8c487ef1722f35bac220cd",
     # Credits return one link delay (propagation) after a packet leaves the input buffer, no longer
     # plus the switch latency a second time (test_packet_fidelity.py).
-    "infiniband_credits": "e661cb36b5d9ce29d7fb8df4",
-    "infiniband_spray": "845f2cfcdbe4419113cc1237",
+    "infiniband_credits": "eb03d12311c84ad51299ad47",
+    "infiniband_spray": "e0defc8404e0127966539193",
     "link_down_and_back_spray": "87db9eb6077ba4fc2b736ab2",
-    "link_down_fast_recovery_adaptive_lossy": "e1acacd1a3bd98183c34836a",
-    "link_down_flowlet_pfc": "97137df70a9f3b80e4a62fc8",
+    "link_down_fast_recovery_adaptive_lossy": "cb0521e94559584a7933535b",
+    "link_down_flowlet_pfc": "730474f15ea5125c30db5752",
     "link_down_subnet_manager_ecmp": "6762a6a04d4f33306b229a55",
-    "lossy_incast": "b4f3adb6c4ef289e749dbd7e",
-    "pfc": "e51fc81418860684f03bbfd4",
-    "pinned_and_capped": "73be1b4631f53cc37b314e7f",
-    "spray_random": "c4a39e9361c23bc2a0764940",
-    "spray_round_robin": "93e580a79ec557788c6034f2",
-    "time_limited": "6cfa5530a0ffd91b9bba672c",
+    "lossy_incast": "338b2b93d8e93c3bf62271ea",
+    "pfc": "c873669a96d12d072cd80db5",
+    "pinned_and_capped": "3e2747a59085a8746d534423",
+    "spray_random": "fd0787f9dd6d29dd97f72af9",
+    "spray_round_robin": "7ce8257d6155f878b5bd8e48",
+    "time_limited": "5503136f154798eaa53f3b98",
 }
 
 

@@ -16,7 +16,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.modes import mode_of
 from services.simulator.packet import layout as L
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
-from services.simulator.packet.heap import grow_heap, heap_capacity, heap_push, new_heap
+from services.simulator.packet.heap import grow_queue, new_queue, push, queue_capacity, wheel_geometry
 from services.simulator.packet.state import (
     Channels,
     Flows,
@@ -227,7 +227,6 @@ class EngineArrays:
         self.dep_arrival = workload.dependent_needs_arrival.astype(np.uint8)
 
         self._alloc_packets(4096)
-        self._alloc_heap(4096)  # grows with the events pending, not the transfers of the run
         self.sc = np.zeros(L.SC_SIZE, dtype=np.int64)
         self.sc[L.SC_FREE], self.sc[L.SC_FREE_COUNT] = 0, len(self.p_flow)
         self.sc[L.SC_ROB_FREE], self.sc[L.SC_ROB_FREE_COUNT] = 0, len(self.rob_next)
@@ -278,6 +277,7 @@ class EngineArrays:
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )
+        self._alloc_heap(4096)  # grows with the events pending, not the transfers of the run
         # The first events: transfers with no prerequisite, at their release time.
         ready = np.flatnonzero(self.t_pending == 0)
         for t in ready:
@@ -430,16 +430,19 @@ class EngineArrays:
         self.f_fl_last = np.zeros(count * self.max_hops, dtype=np.int64)
 
     def _alloc_heap(self, count: int) -> None:
-        self.heap = new_heap(count)
+        max_tx = int(self.pr[L.PR_MAX_TX])
+        shift, buckets = wheel_geometry(max_tx, int(self.ch_delay_ps.max(initial=0)), len(self.ch_target))
+        self.queue = new_queue(count, shift, buckets, self._config.seed)
 
     def _push(self, time_ps: int, kind: int, arg: int) -> None:
         # Python-side push for the initial events (sift-up as in the compiled heap).
-        self.sc[L.SC_HEAP] = heap_push(self.heap, int(self.sc[L.SC_HEAP]), time_ps, kind, arg)
-        if self.sc[L.SC_HEAP] + 8 >= heap_capacity(self.heap):
+        push(Heap(**self.queue), time_ps, kind, arg)
+        self.sc[L.SC_HEAP] += 1
+        if self.sc[L.SC_HEAP] + 8 >= queue_capacity(self.queue):
             self.grow_heap()
 
     def grow_heap(self) -> None:
-        self.heap = grow_heap(self.heap)
+        self.queue = grow_queue(self.queue)
 
     def _extend_free_list(self, next_slot: np.ndarray, head: int, count: int) -> np.ndarray:
         """Double a pool whose free slots are chained through `next_slot`: the new slots go in front
@@ -490,7 +493,7 @@ class EngineArrays:
         """The loop's arguments: the arrays as they are now, in the groups of `state.py`."""
         return (
             Run(self.sc, self.pr, self.pf, self.rng),
-            Heap(self.heap),
+            Heap(**self.queue),
             Channels(
                 self.ch_target,
                 self.ch_source,

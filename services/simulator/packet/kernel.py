@@ -11,9 +11,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
-__all__ = ["kernel", "kernel_inline"]
+__all__ = ["cttz", "kernel", "kernel_inline"]
 
 kernel: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]
 kernel_inline: Any = njit(cache=True, inline="always", _nrt=False)  # type: ignore[call-overload]
+
+
+@intrinsic
+def cttz(typingctx: Any, word: Any) -> Any:
+    """The index of the lowest set bit of a non-zero uint64 (one `tzcnt`), as an int64."""
+    signature = types.int64(word)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), "llvm.cttz.i64"
+        )
+        return builder.call(function, [args[0], ir.Constant(ir.IntType(1), 0)])
+
+    return signature, codegen

@@ -39,7 +39,7 @@ from services.simulator.packet.dcqcn import cnp_arrives, timer_fires
 from services.simulator.packet.failures import corrupted, injected_loss, link_changes, lost_on_wire
 from services.simulator.packet.forward import choose
 from services.simulator.packet.gobackn import ack_arrives, timeout_fires
-from services.simulator.packet.heap import PAD, heap_arg, heap_kind, heap_pop, heap_time, schedule
+from services.simulator.packet.heap import peek, pop, schedule
 from services.simulator.packet.kernel import kernel, kernel_inline
 from services.simulator.packet.layout import (
     CN_CREDITS,
@@ -153,23 +153,24 @@ def _room_needed(run, heap, ch):
     sc, pr = run.sc, run.pr
     need_heap = 2 * pr[PR_MAX_FLOWS_PER_TRANSFER] + pr[PR_MAX_DEPENDENTS] + 8
     need_packets = pr[PR_MAX_FLOWS_PER_TRANSFER] + 1
-    cap_heap = heap.ev.shape[0] // 2 - PAD
+    cap_heap = heap.cur.shape[0] // 2
     if sc[SC_HEAP] + need_heap > cap_heap:
         return RC_GROW_HEAP
     if sc[SC_FREE_COUNT] < need_packets:
         return RC_GROW_PACKETS
     if sc[SC_ROB_FREE_COUNT] < need_packets:
         return RC_GROW_ROB
-    if pr[PR_STOP] > 0 and heap_time(heap.ev, 0) > pr[PR_STOP]:
+    next_t, next_kind, next_arg, _ = peek(heap)
+    if pr[PR_STOP] > 0 and next_t > pr[PR_STOP]:
         return RC_STOPPED
-    if pr[PR_LINK_EVENTS] == 1 and heap_kind(heap.ev, 0) == EV_LINK:
+    if pr[PR_LINK_EVENTS] == 1 and next_kind == EV_LINK:
         # Taking a link down discards its queues: each packet may return a credit and finish a
         # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
-        first = heap_arg(heap.ev, 0) >> 1 << 1
+        first = next_arg >> 1 << 1
         queued = (ch.q_bytes[first] + ch.q_bytes[first + 1]) // (pr[PR_HEADER] + 1) + 2
         if sc[SC_HEAP] + queued * (2 + pr[PR_MAX_DEPENDENTS]) + need_heap > cap_heap:
             return RC_GROW_HEAP
-    if heap_time(heap.ev, 0) + pr[PR_MAX_TX] >= pr[PR_BINS] * pr[PR_INTERVAL]:
+    if next_t + pr[PR_MAX_TX] >= pr[PR_BINS] * pr[PR_INTERVAL]:
         return RC_GROW_BINS
     return _NO_CODE
 
@@ -185,8 +186,8 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
         code = _room_needed(run, heap, ch)
         if code != _NO_CODE:
             return code
-        now, kind, arg, size = heap_pop(heap.ev, sc[SC_HEAP])
-        sc[SC_HEAP] = size
+        now, kind, arg = pop(heap)
+        sc[SC_HEAP] -= 1
         sc[SC_NOW] = now
         sc[SC_EVENTS] += 1
         # The handlers name the NIC port to pull from and the switch port to send from; each is

@@ -37,9 +37,17 @@ class Run(NamedTuple):
 
 
 class Heap(NamedTuple):
-    """The event queue (`heap.py`): per event its time (ps) and `arg << 4 | kind` (`layout.EV_*`)."""
+    """The event queue (`heap.py`): a timing wheel over a far heap; payloads are `arg << 4 | kind`."""
 
-    ev: np.ndarray
+    qs: np.ndarray  # scalars (heap.QS_*)
+    chunk: np.ndarray  # the wheel's chunks: CHUNK (time, payload) pairs each
+    chunk_len: np.ndarray  # events in each chunk
+    chunk_next: np.ndarray  # the next chunk of its bucket (or of the free list)
+    b_head: np.ndarray  # per bucket its first and last chunk (-1: empty)
+    b_tail: np.ndarray
+    bits: np.ndarray  # uint64: a bit per non-empty bucket
+    cur: np.ndarray  # (time, payload) pairs of the bucket being popped, in pop order
+    far: np.ndarray  # 4-ary heap of (time, payload) pairs beyond the wheel
 
 
 class Channels(NamedTuple):
