@@ -258,6 +258,7 @@ class EngineArrays:
         self.pr[L.PR_XON] = config.pfc_xon_bytes
         self.pr[L.PR_HEADROOM] = config.pfc_headroom_bytes
         self.pf = np.zeros(L.PF_SIZE, dtype=np.float64)
+        self.pf[L.PF_INV_INTERVAL] = 1.0 / interval_ps
         if config.dcqcn is not None:
             d = config.dcqcn
             self.pr[L.PR_DCQCN] = 1
@@ -488,6 +489,7 @@ class EngineArrays:
         merged[: a.shape[0] // 2] = np.maximum(a[0::2], a[1::2])
         self.s_qpeak = merged
         self.pr[L.PR_INTERVAL] *= 2
+        self.pf[L.PF_INV_INTERVAL] = 1.0 / self.pr[L.PR_INTERVAL]
 
     def state(self) -> tuple:
         """The loop's arguments: the arrays as they are now, in the groups of `state.py`."""

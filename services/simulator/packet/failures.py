@@ -80,7 +80,7 @@ def _drop_link(run, heap, ch, series, fl, rob, qps, tr, pk, c, now):
         p = following
     ch.q_head[c] = -1
     ch.q_tail[c] = -1
-    set_queue(ch, series, run.pr, c, now, 0)
+    set_queue(ch, series, run.pr, run.pf, c, now, 0)
 
 
 @kernel

@@ -89,6 +89,7 @@ PF_G = 1  # DCQCN alpha gain
 PF_RAI = 2  # additive increase, bit/s
 PF_RHAI = 3  # hyper increase, bit/s
 PF_MIN_RATE = 4  # floor of the rate cut, bit/s
+PF_INV_INTERVAL = 5  # 1 / PR_INTERVAL: sample bins by a multiply (recording.bin_of), not a division
 PF_SIZE = 8
 
 # --- fi: per-flow counters (columns) ------------------------------------------------------------

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from services.simulator.packet.kernel import kernel, kernel_inline
-from services.simulator.packet.layout import PR_INTERVAL
+from services.simulator.packet.layout import PF_INV_INTERVAL, PR_INTERVAL
 
-__all__ = ["record_tx", "set_queue", "spread_ps"]
+__all__ = ["bin_of", "record_tx", "set_queue", "spread_ps"]
 
 
 @kernel_inline
-def record_tx(series, pr, c, t0, duration, wire):
+def bin_of(pr, pf, t):
+    """t // PR_INTERVAL for t >= 0, by the reciprocal and one correction (exact while t < 2^53 ps;
+    the integer division was ~4% of a k=16 run)."""
+    interval = pr[PR_INTERVAL]
+    b = int(t * pf[PF_INV_INTERVAL])
+    if b * interval > t:
+        b -= 1
+    elif (b + 1) * interval <= t:
+        b += 1
+    return b
+
+
+@kernel_inline
+def record_tx(series, pr, pf, c, t0, duration, wire):
     """Bytes of one serialisation on channel c, spread over the sample bins it overlaps."""
     interval = pr[PR_INTERVAL]
-    b0 = t0 // interval
-    b1 = (t0 + duration - 1) // interval
+    b0 = bin_of(pr, pf, t0)
+    b1 = bin_of(pr, pf, t0 + duration - 1)
     if b0 == b1:
         series.bytes[b0, c] += wire
     else:
@@ -32,14 +45,14 @@ def spread_ps(series, pr, column, c, t0, t1):
 
 
 @kernel_inline
-def set_queue(ch, series, pr, c, now, new_bytes):
+def set_queue(ch, series, pr, pf, c, now, new_bytes):
     """Integrate channel c's old queue depth over [q_last, now), then change it."""
     interval = pr[PR_INTERVAL]
     old = ch.q_bytes[c]
     last = ch.q_last[c]
     if old > 0 and now > last:
-        b0 = last // interval
-        b1 = (now - 1) // interval
+        b0 = bin_of(pr, pf, last)
+        b1 = bin_of(pr, pf, now - 1)
         if b0 == b1:
             series.qint[b0, c] += old * (now - last)
         else:
@@ -53,6 +66,6 @@ def set_queue(ch, series, pr, c, now, new_bytes):
     ch.q_last[c] = now
     if new_bytes > ch.peak_q[c]:
         ch.peak_q[c] = new_bytes
-    b = now // interval
+    b = bin_of(pr, pf, now)
     if new_bytes > series.qpeak[b, c]:
         series.qpeak[b, c] = new_bytes

@@ -120,7 +120,7 @@ def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
     else:
         pk.next[ch.q_tail[c]] = p
     ch.q_tail[c] = p
-    set_queue(ch, series, pr, c, now, ch.q_bytes[c] + wire)
+    set_queue(ch, series, pr, run.pf, c, now, ch.q_bytes[c] + wire)
 
 
 @kernel_inline
@@ -130,7 +130,7 @@ def send_head(run, heap, ch, series, pk, c, now):
     ch.q_head[c] = pk.next[p]
     if ch.q_head[c] < 0:
         ch.q_tail[c] = -1
-    set_queue(ch, series, run.pr, c, now, ch.q_bytes[c] - pk.wire[p])
+    set_queue(ch, series, run.pr, run.pf, c, now, ch.q_bytes[c] - pk.wire[p])
     if run.pr[PR_PFC] == 1:
         release_pfc(run, heap, ch, pk, p, now)
     start_tx(run, heap, ch, series, pk, c, p, now)

@@ -37,7 +37,7 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
     if ch.flow_bits.shape[1] > 0:
         f = pk.flow[p]
         ch.flow_bits[c, f >> 6] |= np.uint64(1) << np.uint64(f & 63)
-    record_tx(series, run.pr, c, now, duration, wire)
+    record_tx(series, run.pr, run.pf, c, now, duration, wire)
     if ch.from_host[c]:
         ch.busy[c] = 1
         schedule(heap, run.sc, now + duration, EV_TX_DONE, c)
