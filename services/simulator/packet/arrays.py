@@ -307,16 +307,21 @@ class EngineArrays:
         sizes[:, :real] = size.reshape(len(switches), real)
         pin_keys = self.node_row[self.pin_node].astype(np.int64) * self.num_dest + real + self.pin_of
         sizes.ravel()[pin_keys] = 1
-        self.g_off = np.zeros(sizes.size + 1, dtype=np.int64)
-        np.cumsum(sizes.ravel(), out=self.g_off[1:])
-        self.g_ch = np.empty(self.g_off[-1], dtype=np.int32)
+        offsets = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes.ravel(), out=offsets[1:])
+        # int32 offsets and int16 positions: every hop of a per-packet mode reads them at a random
+        # (switch, destination), so a smaller table stays in cache more often (k=16: 3.9 MB -> 1.9 MB).
+        if offsets[-1] >= 2**31 or sizes.max(initial=0) >= 2**15:
+            raise FailedPrecondition(f"{snapshot.fabric}: the forwarding tables are too large to simulate")
+        self.g_off = offsets.astype(np.int32)
+        self.g_ch = np.empty(offsets[-1], dtype=np.int32)
         real_keys = (np.arange(len(switches))[:, None] * self.num_dest + np.arange(real)[None, :]).ravel()
         member = np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
         self.g_ch[np.repeat(self.g_off[real_keys], size) + member] = walker.channels[
             np.repeat(start, size) + member
         ]
         self.g_ch[self.g_off[pin_keys]] = self.pin_channel
-        self.g_next = np.zeros(sizes.size, dtype=np.int32)  # round-robin position of each group
+        self.g_next = np.zeros(sizes.size, dtype=np.int16)  # round-robin position of each group
         # Each flow's route (hop h is the h-th channel), which a mode that pins flows (ECMP) follows.
         self.f_path_off = routes.offsets[flow_route].astype(np.int64)
         self.f_path_end = routes.offsets[flow_route + 1].astype(np.int64)
