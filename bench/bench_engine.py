@@ -22,9 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fabrictwin.v1 import topology_pb2
+
 from bench.registry import benchmark
+from services.common.snapshot import FabricSnapshot
+from services.simulator.checks import check_simulation
 from services.simulator.results import PacketStats, SimulationOutcome
 from services.simulator.runner import run_simulation
+from services.simulator.spec import SimulationSpec
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
 
@@ -234,6 +239,69 @@ def _allreduce_k16_benchmark(mode: str) -> Callable[[], dict]:
 
 for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
     benchmark(f"engine.allreduce.k16.{_mode}")(_allreduce_k16_benchmark(_mode))
+
+
+K32_RANKS = int(os.environ.get("FABRICTWIN_BENCH_K32_RANKS", "2048"))
+
+
+def _allreduce_k32(mode: str) -> dict:
+    """A 64 MiB ring AllReduce on a k=32 fat-tree (8,192 hosts, 1,280 switches, 400 Gb/s), each
+    phase timed: the fabric's generation, routing and snapshot, its transfer as the simulator
+    service receives it (protobuf bytes both ways), the workload's checks and build, the engine.
+
+    8,192 ranks (the issue's target) do not fit yet: a ring has 2(N-1) x N transfers (134M) and the
+    engine keeps per-transfer state, so the bench reports that job's size and the admission's
+    memory estimate, and runs `FABRICTWIN_BENCH_K32_RANKS` ranks (default 2,048) on the same fabric.
+    """
+    _warm_up()
+    phases: dict[str, float] = {}
+    start = time.perf_counter()
+    fabric = fat_tree(32)
+    phases["generate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    snapshot = route_and_snapshot(fabric)
+    phases["route_and_snapshot"] = time.perf_counter() - start
+    start = time.perf_counter()
+    wire = snapshot.to_proto().SerializeToString()
+    snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
+    phases["snapshot_transfer"] = time.perf_counter() - start
+    full = check_simulation(
+        SimulationSpec.from_dict(_allreduce_spec(snapshot, mode, 8192)), snapshot
+    ).estimate
+    start = time.perf_counter()
+    outcome = run_simulation(_allreduce_spec(snapshot, mode, K32_RANKS), snapshot)
+    wall = time.perf_counter() - start
+    job, stats = outcome.jobs[0], _packets(outcome)
+    phases.update(outcome.phase_seconds)
+    return {
+        "ranks": K32_RANKS,
+        "wall_s": round(wall, 2),
+        "packets": stats.delivered,
+        "packets_per_s": round(stats.delivered / wall),
+        "peak_rss_mb": _peak_rss_mb(),
+        "completion_ms": round(job.completion_ns / 1e6, 3),
+        "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
+        "dropped_packets": stats.dropped,
+        "snapshot_bytes": len(wire),
+        "phases_s": {name: round(seconds, 3) for name, seconds in phases.items()},
+        "ranks_8192": {
+            "ran": False,
+            "transfers": full.transfers,
+            "packets": full.packets,
+            "events_estimate": full.events,
+            "memory_estimate_gb": round(full.memory_bytes / 2**30, 1),
+            "why": "per-transfer engine state: 2(N-1) x N transfers; needs transfers generated "
+            "from (step, rank) and per-flow state pooled per active flow",
+        },
+    }
+
+
+def _allreduce_k32_benchmark(mode: str) -> Callable[[], dict]:
+    return lambda: _allreduce_k32(mode.upper())
+
+
+for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
+    benchmark(f"engine.allreduce.k32.{_mode}")(_allreduce_k32_benchmark(_mode))
 
 
 @benchmark("engine.scale_efficiency")

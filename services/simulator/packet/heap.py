@@ -240,7 +240,7 @@ def _below(qs: np.ndarray, n: int) -> int:
     x ^= x >> np.uint64(7)
     x ^= x << np.uint64(17)
     qs[QS_RNG] = np.int64(x)
-    return np.int64(((x >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))  # no division (Lemire)
+    return int(((x >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))  # no division (Lemire)
 
 
 @kernel

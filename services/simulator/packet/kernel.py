@@ -23,7 +23,7 @@ kernel_inline: Any = njit(cache=True, inline="always", _nrt=False)  # type: igno
 
 
 @intrinsic
-def cttz(typingctx: Any, word: Any) -> Any:
+def _cttz(typingctx: Any, word: Any) -> Any:
     """The index of the lowest set bit of a non-zero uint64 (one `tzcnt`), as an int64."""
     signature = types.int64(word)
 
@@ -35,3 +35,6 @@ def cttz(typingctx: Any, word: Any) -> Any:
         return builder.call(function, [args[0], ir.Constant(ir.IntType(1), 0)])
 
     return signature, codegen
+
+
+cttz: Any = _cttz  # called as cttz(word) in compiled code (the intrinsic's typing context is implicit)
