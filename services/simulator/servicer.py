@@ -7,14 +7,16 @@ returns the simulation PENDING while a background task runs it in a worker proce
 progress, and (with `telemetry_source`) writes its series to telemetry.
 
 A worker that dies during a run (killed, out of memory, crashed) fails that simulation with a
-message saying how it died; the pool replaces it and later simulations run. A cancelled run whose
-worker does not stop within CANCEL_GRACE_SECONDS (compiling, or between progress reports) has its
-worker killed; stopping the service cancels every run and ends their workers.
+message saying how it died; the pool replaces it and later simulations run. A cancelled run's worker
+stops at its next progress report; one that has not stopped CANCEL_GRACE_SECONDS after the cancel
+(building a large run's workload and engine arrays, which report nothing for seconds, or compiling)
+is killed; stopping the service cancels every run and ends their workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
@@ -52,7 +54,9 @@ __all__ = ["SimulationServicer"]
 log = logging.getLogger("fabrictwin.simulator")
 
 POLL_SECONDS = 0.25
-CANCEL_GRACE_SECONDS = 2.0  # a cancelled run's worker gets this long to stop before it is killed
+# A cancelled run's worker gets this long from the cancel to stop before it is killed: the engines
+# report progress every 0.1-0.3 s while they run, so one that reports stops well within it.
+CANCEL_GRACE_SECONDS = 0.5
 # Signals by which a worker is stopped from outside (an operator, a supervisor): the run may be
 # retried as it was. Any other death (SIGSEGV, SIGABRT, an exit code) is a bug: INTERNAL.
 _STOPPED_FROM_OUTSIDE = {"SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
@@ -76,6 +80,14 @@ def _worker_death(exc: WorkerDied) -> tuple[str, str]:
     else:
         code = "INTERNAL"
     return code, f"{exc}; the simulation did not finish (a new worker runs the simulations that follow)"
+
+
+@dataclasses.dataclass
+class _Run:
+    """A run in a worker: its progress record, and `cancelled`, set by CancelSimulation (the grace starts)."""
+
+    progress: WorkerProgress
+    cancelled: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
 
 def _simulation_name(value: str, field: str) -> str:
@@ -104,7 +116,7 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         self._auth_token = auth_token
         self._limits = limits
         self._tasks: set[asyncio.Task[None]] = set()
-        self._running: dict[str, WorkerProgress] = {}
+        self._running: dict[str, _Run] = {}
 
     async def StartSimulation(self, request, context) -> simulation_pb2.Simulation:
         sim_id = (
@@ -162,9 +174,10 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
     async def CancelSimulation(self, request, context) -> simulation_pb2.Simulation:
         name = _simulation_name(request.name, "name")
         record = self._registry.cancel(name)
-        progress = self._running.get(name)
-        if progress is not None:
-            await asyncio.to_thread(progress.cancel)
+        run = self._running.get(name)
+        if run is not None:
+            run.cancelled.set()  # the grace period starts now
+            await asyncio.to_thread(run.progress.cancel)
         return record_to_proto(record)
 
     async def WatchSimulation(self, request, context) -> AsyncIterator[simulation_pb2.Simulation]:
@@ -200,13 +213,13 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         self, name: str, spec: SimulationSpec, snapshot: FabricSnapshot, what_if: WhatIfRoutings
     ) -> None:
         try:
-            progress = await asyncio.to_thread(self._progress.new)
-            self._running[name] = progress
+            run = _Run(await asyncio.to_thread(self._progress.new))
+            self._running[name] = run
             if self._registry.get(name).state.terminal:
                 return
-            work = asyncio.ensure_future(self._pool.run(run_in_worker, spec, snapshot, progress, what_if))
+            work = asyncio.ensure_future(self._pool.run(run_in_worker, spec, snapshot, run.progress, what_if))
             try:
-                await self._follow(name, work, progress)
+                await self._follow(name, work, run)
             except asyncio.CancelledError:  # the service is stopping: end the run and its worker
                 work.cancel()
                 await asyncio.wait({work}, timeout=CANCEL_GRACE_SECONDS)
@@ -244,19 +257,24 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
         finally:
             self._running.pop(name, None)
 
-    async def _follow(self, name: str, work: asyncio.Future, progress: WorkerProgress) -> None:
-        """Show the run's progress until its worker answers; kill a cancelled run that does not stop."""
-        loop = asyncio.get_running_loop()
-        cancelled_at = None
-        while not work.done():
-            await asyncio.wait({work}, timeout=POLL_SECONDS)
-            await self._show_progress(name, progress)
-            if work.done() or self._registry.get(name).state != SimulationState.CANCELLED:
-                continue
-            cancelled_at = cancelled_at if cancelled_at is not None else loop.time()
-            if loop.time() - cancelled_at >= CANCEL_GRACE_SECONDS:
-                work.cancel()  # kills the worker; the pool starts another
-                await asyncio.wait({work})
+    async def _follow(self, name: str, work: asyncio.Future, run: _Run) -> None:
+        """Show the run's progress until its worker answers; once it is cancelled, give the worker
+        CANCEL_GRACE_SECONDS from the cancel to stop, then kill it."""
+        cancelled = asyncio.ensure_future(run.cancelled.wait())
+        try:
+            while not work.done() and not cancelled.done():
+                await asyncio.wait(
+                    {work, cancelled}, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not cancelled.done():
+                    await self._show_progress(name, run.progress)
+        finally:
+            cancelled.cancel()
+        if not work.done():
+            await asyncio.wait({work}, timeout=CANCEL_GRACE_SECONDS)
+        if not work.done():
+            work.cancel()  # kills the worker; the pool starts another
+            await asyncio.wait({work})
 
     def serving_states(self) -> AsyncIterator[bool]:
         """True while the service can run simulations (a live worker), then each change."""
