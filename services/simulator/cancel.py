@@ -6,8 +6,18 @@ below both engines rather than in either.
 
 from __future__ import annotations
 
-__all__ = ["Cancelled"]
+from collections.abc import Callable
+
+__all__ = ["Cancelled", "check_cancelled"]
 
 
 class Cancelled(Exception):
     """The progress callback asked the engine to stop."""
+
+
+def check_cancelled(progress: Callable[[float], bool] | None) -> None:
+    """Between the setup phases of a run (seconds each at scale, before any progress is made): ask
+    the progress callback, at 0, whether to go on; raise Cancelled if not. A cancelled run's worker
+    then stops by itself instead of being killed after the servicer's grace period."""
+    if progress is not None and not progress(0.0):
+        raise Cancelled()

@@ -15,7 +15,7 @@ from typing import Any
 
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
-from services.simulator.cancel import Cancelled
+from services.simulator.cancel import Cancelled, check_cancelled
 from services.simulator.checks import check_routes, check_simulation
 from services.simulator.engine import Progress, RunFabric, WhatIfRoutings
 from services.simulator.engines import engine_for
@@ -68,6 +68,7 @@ def simulate(
     one the checks built, else built here)."""
     if workload is None:
         workload = build_workload(spec, fabric.snapshot)
+        check_cancelled(progress)
     return engine_for(spec.fidelity).simulate(spec, fabric, workload, progress)
 
 

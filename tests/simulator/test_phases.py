@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.simulator.runner import run_simulation
+from services.simulator.cancel import Cancelled
+from services.simulator.checks import check_simulation
+from services.simulator.engine import RunFabric
+from services.simulator.runner import run_simulation, simulate
+from services.simulator.spec import SimulationSpec
 from tests.simulator.fabrics import fat_tree
 
 FABRIC = fat_tree(4)
@@ -27,3 +31,23 @@ def test_a_run_says_where_its_time_went_in_the_order_the_phases_ran(fidelity, ph
     # The engine's phases and its results add up to the outcome's wall time; the checks ran before it.
     engine = sum(seconds for name, seconds in outcome.phase_seconds.items() if name != "checks_and_workload")
     assert engine == pytest.approx(outcome.wall_seconds, rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("fidelity", ["PACKET", "FLOW"])
+def test_a_cancel_during_setup_stops_the_run_before_its_engine_starts(fidelity):
+    """The setup phases (workload, routes, the engine's arrays) take seconds at scale and make no
+    progress: between them the run asks its progress callback whether to go on, so a cancelled
+    run's worker stops by itself instead of waiting to be killed."""
+    job = {"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 16}
+    spec = {"fabric": FABRIC.fabric, "fidelity": fidelity, "jobs": [job], "load_balancing": {"mode": "ECMP"}}
+    asked: list[float] = []
+
+    def progress(fraction: float) -> bool:
+        asked.append(fraction)
+        return False
+
+    checked = SimulationSpec.from_dict(spec)
+    check_simulation(checked, FABRIC)
+    with pytest.raises(Cancelled):
+        simulate(checked, RunFabric(FABRIC, {}), progress)  # builds its own workload, as a worker does
+    assert asked == [0.0]  # stopped at the first question, before any event was handled

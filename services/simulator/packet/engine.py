@@ -10,7 +10,7 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
-from services.simulator.cancel import Cancelled
+from services.simulator.cancel import Cancelled, check_cancelled
 from services.simulator.packet import layout as L
 from services.simulator.packet.arrays import (
     MAX_BINS,
@@ -59,6 +59,7 @@ def simulate_packets(
         # A power of two of whole nanoseconds, so the interval reported in ns is the one used.
         interval_ps = 1000 << max(0, int(np.ceil(np.log2(max(1.0, guess_ps / 1000 / (MAX_BINS / 2))))))
     arrays = EngineArrays(snapshot, workload, routes, flow_route, config, interval_ps)
+    check_cancelled(progress)
     loop_started = time.perf_counter()
     total_bytes = max(1, int(workload.flow_size_bytes.sum()))
     # The first run of this engine source compiles it (about a minute): say so to whoever waits, when

@@ -20,6 +20,7 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
+from services.simulator.cancel import check_cancelled
 from services.simulator.engine import RunFabric
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.ideal import job_ideals
@@ -208,6 +209,7 @@ def run_packet_simulation(
         reroutes=epochs,
     )
     phases = {"routes": time.perf_counter() - started}
+    check_cancelled(progress)
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress, phases)
 
     # Ports that carried traffic, and ports that did not but have something to report: PAUSEs sent
