@@ -235,11 +235,11 @@ def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _dense_rank(key: np.ndarray, space: int) -> np.ndarray:
     """Each key's rank among the distinct keys (0 .. distinct - 1, in key order); keys in [0, space)."""
-    if space <= 8 * len(key) + 1024:  # a table of the key space: linear, no sort
-        present = np.zeros(space, dtype=np.int64)
-        present[key] = 1
-        rank_of = np.cumsum(present) - 1
-        return rank_of[key]
+    if space <= 4 * len(key) + 1024:  # a table of the key space: linear, no sort
+        present = np.zeros(space, dtype=np.bool_)
+        present[key] = True
+        rank_of = np.cumsum(present, dtype=np.int32 if space < 2**31 else np.int64)
+        return rank_of[key].astype(np.int64) - 1
     _, rank = np.unique(key, return_inverse=True)
     return rank.reshape(-1).astype(np.int64)
 
