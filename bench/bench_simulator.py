@@ -1,10 +1,17 @@
-"""Simulator benchmarks: 128-rank ring AllReduce (1 GiB) at FLOW fidelity on fat-trees."""
+"""Simulator benchmarks at FLOW fidelity: 128-rank ring AllReduce (1 GiB) on fat-trees, and the scale
+job (64 MiB ring AllReduce over 1,024 randomly placed ranks) on k=16 and k=32 fat-trees.
+
+There is no k=32 ADAPTIVE scale benchmark: an even split puts each flow on ~530 channels (of the
+~33k the job uses), each event changes the load of ~17k of them, and the run's load records (one
+per change, about 350 million) do not fit in memory."""
 
 from __future__ import annotations
 
 import time
 
+import services.simulator.flow.engine as flow_engine
 from bench.registry import benchmark
+from services.simulator.flow.model import simulate_flows
 from services.simulator.runner import run_simulation
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
@@ -63,3 +70,72 @@ def ring_k16_ecmp() -> dict:
 @benchmark("simulator.flow.ring128.k16.adaptive")
 def ring_k16_adaptive() -> dict:
     return _ring(16, "ADAPTIVE", "RANDOM")
+
+
+def _warm_up() -> None:
+    """Load (or compile, the first time) the FLOW engine's compiled loop outside the timed region."""
+    snapshot = route_and_snapshot(fat_tree(4))
+    job = {"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 8}
+    run_simulation({"fabric": snapshot.fabric, "jobs": [job], "load_balancing": {"mode": "ECMP"}}, snapshot)
+
+
+def _ring_at_scale(k: int, ranks: int, mode: str) -> dict:
+    """The scale benchmarks' job at FLOW fidelity: a 64 MiB ring AllReduce over `ranks` randomly
+    placed ranks on a k-ary fat-tree (the job bench_engine.py runs at PACKET fidelity)."""
+    _warm_up()
+    snapshot = route_and_snapshot(fat_tree(k))
+    spec = {
+        "fabric": snapshot.fabric,
+        "fidelity": "FLOW",
+        "jobs": [
+            {"collective": "ALL_REDUCE", "size_bytes": 64 << 20, "rank_count": ranks, "placement": "RANDOM"}
+        ],
+        "load_balancing": {"mode": mode, "seed": 1},
+        "switch_latency_ns": 300,
+        "seed": 1,
+    }
+    # The engine's event loop, timed apart from its routing and its series (part of "engine").
+    loop_seconds = []
+
+    def timed(*args, **kwargs):
+        began = time.perf_counter()
+        run = simulate_flows(*args, **kwargs)
+        loop_seconds.append(time.perf_counter() - began)
+        return run
+
+    flow_engine.simulate_flows = timed
+    try:
+        start = time.perf_counter()
+        outcome = run_simulation(spec, snapshot)
+        wall = time.perf_counter() - start
+    finally:
+        flow_engine.simulate_flows = simulate_flows
+    job = outcome.jobs[0]
+    return {
+        "wall_s_simulation": round(wall, 2),
+        "events": int(outcome.events),
+        "flows": int(job.flows),
+        "events_per_s": round(outcome.events / sum(loop_seconds)),
+        "completion_ms": round(job.completion_ns / 1e6, 3),
+        "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
+        "busbw_gbps": round(float(job.busbw_gbps), 1),
+        "phases_s": {
+            **{name: round(seconds, 3) for name, seconds in outcome.phase_seconds.items()},
+            "engine_event_loop": round(sum(loop_seconds), 3),  # part of "engine"
+        },
+    }
+
+
+@benchmark("simulator.flow.ring1024.k16.ecmp")
+def ring1024_k16_ecmp() -> dict:
+    return _ring_at_scale(16, 1024, "ECMP")
+
+
+@benchmark("simulator.flow.ring1024.k16.adaptive")
+def ring1024_k16_adaptive() -> dict:
+    return _ring_at_scale(16, 1024, "ADAPTIVE")
+
+
+@benchmark("simulator.flow.ring1024.k32.ecmp")
+def ring1024_k32_ecmp() -> dict:
+    return _ring_at_scale(32, 1024, "ECMP")

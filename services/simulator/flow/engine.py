@@ -106,6 +106,8 @@ class FlowEngine:
                 weights=routes.fractions * bytes_per_route[route_of_entry],
                 minlength=snapshot.num_channels,
             )
+        # The records come by channel, then time: in time order on each channel, as channel_series
+        # needs, and already in the order it sorts them into.
         series = channel_series(
             run.record_time_ns,
             run.record_channel,

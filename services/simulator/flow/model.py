@@ -17,12 +17,16 @@ losses.
 
 The output is raw (per-flow times and every change of a channel's load); engine.py and assemble.py
 turn it into per-job, per-channel and time-series results, the last step shared with the packet engine.
+
+The loop itself is compiled (loop.py), bit-identical to the NumPy loop it replaced (every event
+filling from scratch with `max_min_rates`, which stays here as its reference). This module sets up
+its arrays and drives it: in slices of about 50 ms of wall time, between which it reports progress,
+hands the channel load records over and makes room for more active flows when needed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import time
 from collections.abc import Callable
 
@@ -30,15 +34,18 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.simulator.cancel import Cancelled
+from services.simulator.flow import loop
 from services.simulator.routes import FlowRoutes
 from services.simulator.workload import Workload
 
 __all__ = ["FlowRun", "max_min_rates", "simulate_flows"]
 
-_NS_PER_S = 1e9
 _SATURATION_TOLERANCE = 1e-9
 _PROGRESS_EVERY_S = 0.2
-_FEW = 4  # flows ending at one event below which bookkeeping is done in plain Python
+_SLICE_S = 0.05  # wall time of one call into the compiled loop, between progress checks
+_FIRST_SLICE = 1  # events of the first call (then twice as many at most each call)
+_FIRST_SLOTS = 1024  # active flows room is made for at first (doubled when short)
+_RECORD_BUFFER = 1 << 20  # channel load records gathered before the loop hands them over
 
 
 @dataclasses.dataclass
@@ -48,6 +55,7 @@ class FlowRun:
     flow_start_ns: np.ndarray  # int64 [F], -1 if it never started
     flow_sent_ns: np.ndarray  # int64 [F], last byte left the source, -1 if not
     flow_finish_ns: np.ndarray  # int64 [F], last byte delivered, -1 if not
+    # Records by channel, then time.
     record_time_ns: np.ndarray  # int64 [R], from this time on ...
     record_channel: np.ndarray  # int32 [R], ... this channel ...
     record_load_bps: np.ndarray  # float64 [R], ... carries this many bits per second
@@ -104,7 +112,8 @@ def max_min_rates(
 
 
 class _Engine:
-    """Event loop state; `run` drives it. Arrays are indexed by flow, transfer or active slot."""
+    """The compiled loop's arrays (loop.py), and the Python side of driving it: progress and
+    cancelling between slices of events, more slots when short, collecting the records."""
 
     def __init__(
         self,
@@ -114,208 +123,201 @@ class _Engine:
         channel_rate_bps: np.ndarray,
         progress: Callable[[float], bool] | None,
     ) -> None:
-        self.w = workload
-        self.flow_route = flow_route
-        self.routes = routes
-        # Channels any route uses, renumbered 0..U-1 so that per-event arrays stay small.
-        self.used_channels, compact = np.unique(routes.channels, return_inverse=True)
-        self.route_channel = compact.astype(np.int64)
-        self.capacity = np.asarray(channel_rate_bps, dtype=np.float64)[self.used_channels]
         self.progress = progress
         f, t = workload.flow_count, workload.transfer_count
-        self.flow_transfer = np.repeat(np.arange(t), np.diff(workload.transfer_flow_offsets))
-        self.flow_latency = routes.latency_ns[flow_route]
+        self.transfer_count = t
+        # Channels any route uses, renumbered 0..U-1 so that per-channel arrays stay small.
+        self.used_channels, compact = np.unique(routes.channels, return_inverse=True)
+        u = len(self.used_channels)
+        route_offsets = np.asarray(routes.offsets, dtype=np.int64)
+        self.routes = (
+            route_offsets,
+            compact.astype(np.int64).reshape(-1),
+            np.asarray(routes.fractions, dtype=np.float64),
+            np.asarray(channel_rate_bps, dtype=np.float64)[self.used_channels],
+        )
+        self.longest_route = max(1, int(np.diff(route_offsets).max(initial=0)))
+        self.has_caps = workload.flow_rate_bps is not None
+        flow_cap = np.zeros(0)
+        if workload.flow_rate_bps is not None:
+            flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf).astype(np.float64)
+        flow_route = np.asarray(flow_route, dtype=np.int64)
+        self.workload = (
+            np.asarray(workload.transfer_flow_offsets, dtype=np.int64),
+            np.asarray(workload.dependent_offsets, dtype=np.int64),
+            workload.dependents.astype(np.int64),
+            workload.dependent_needs_arrival.astype(np.bool_),
+            np.asarray(workload.flow_size_bytes, dtype=np.int64),
+            np.asarray(routes.latency_ns, dtype=np.int64)[flow_route],
+            np.repeat(np.arange(t, dtype=np.int64), np.diff(workload.transfer_flow_offsets)),
+            flow_route,
+            flow_cap,
+        )
         self.start = np.full(f, -1, dtype=np.int64)
         self.sent = np.full(f, -1, dtype=np.int64)
         self.finish = np.full(f, -1, dtype=np.int64)
-        self.flows_left = np.diff(workload.transfer_flow_offsets).astype(np.int64)
-        self.waiting_on = workload.transfer_prerequisites.astype(np.int64)
-        self.ready = workload.transfer_release_ns.astype(np.int64)
-        self.arrival = np.zeros(t, dtype=np.int64)
-        self.departure = np.zeros(t, dtype=np.int64)
-        self.transfers_done = 0
-        ready_now = np.flatnonzero(self.waiting_on == 0)
-        self.heap = list(zip(self.ready[ready_now].tolist(), ready_now.tolist(), strict=True))
-        heapq.heapify(self.heap)
-        # Active flows (slots) and their channel entries.
-        self.active = np.zeros(0, dtype=np.int64)
-        self.remaining = np.zeros(0)
-        self.entry_slot = np.zeros(0, dtype=np.int64)
-        self.entry_channel = np.zeros(0, dtype=np.int64)
-        self.entry_fraction = np.zeros(0)
-        # Caps of the active slots (inf: none), when the workload caps any flow.
-        self.caps = None
-        if workload.flow_rate_bps is not None:
-            self.caps = np.zeros(0)
-            self.flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf)
-        self.load: np.ndarray = np.zeros(len(self.used_channels))
-        self.records: list[tuple[int, np.ndarray, np.ndarray]] = []
-
-    def _complete(self, flows: np.ndarray, now: int) -> None:
-        """Flows whose last byte left at `now`: set times, release the transfers they complete."""
-        self.sent[flows] = now
-        self.finish[flows] = now + self.flow_latency[flows]
-        if len(flows) <= _FEW:
-            self._complete_few(flows.tolist(), now)
-            return
-        transfers = self.flow_transfer[flows]
-        np.subtract.at(self.flows_left, transfers, 1)
-        np.maximum.at(self.arrival, transfers, self.finish[flows])
-        self.departure[transfers] = now  # time only moves forward
-        done = np.unique(transfers[self.flows_left[transfers] == 0])
-        if not len(done):
-            return
-        self.transfers_done += len(done)
-        offsets = self.w.dependent_offsets
-        counts = offsets[done + 1] - offsets[done]
-        if not counts.sum():
-            return
-        index = np.repeat(offsets[done] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        dependents = self.w.dependents[index].astype(np.int64)
-        needs_arrival = self.w.dependent_needs_arrival[index]
-        waited = np.where(
-            needs_arrival, np.repeat(self.arrival[done], counts), np.repeat(self.departure[done], counts)
+        waiting_on = workload.transfer_prerequisites.astype(np.int64)
+        ready = workload.transfer_release_ns.astype(np.int64)
+        # The transfers ready at once, as a heap ordered (ready time, transfer): sorted is one.
+        ready_now = np.flatnonzero(waiting_on == 0)
+        ready_now = ready_now[np.lexsort((ready_now, ready[ready_now]))]
+        heap_time, heap_transfer = np.zeros(t, dtype=np.int64), np.zeros(t, dtype=np.int64)
+        heap_time[: len(ready_now)] = ready[ready_now]
+        heap_transfer[: len(ready_now)] = ready_now
+        self.state = (
+            self.start,
+            self.sent,
+            self.finish,
+            np.diff(workload.transfer_flow_offsets).astype(np.int64),  # flows left
+            waiting_on,
+            ready,
+            np.zeros(t, dtype=np.int64),  # arrival
+            np.zeros(t, dtype=np.int64),  # departure
+            heap_time,
+            heap_transfer,
+            np.zeros(t, dtype=np.int64),  # batch times
+            np.zeros(t, dtype=np.int64),  # batch
         )
-        np.maximum.at(self.ready, dependents, waited)
-        np.subtract.at(self.waiting_on, dependents, 1)
-        for transfer in np.unique(dependents[self.waiting_on[dependents] == 0]).tolist():
-            heapq.heappush(self.heap, (int(self.ready[transfer]), transfer))
-
-    def _complete_few(self, flows: list[int], now: int) -> None:
-        """`_complete` for the handful of flows that end at most events.
-
-        Same bookkeeping one flow at a time: for two or three flows, plain Python beats the dozen
-        numpy calls of the vectorised path by several times (this is the engine's hottest path).
-        """
-        released = []
-        for flow in flows:
-            transfer = int(self.flow_transfer[flow])
-            self.flows_left[transfer] -= 1
-            self.arrival[transfer] = max(int(self.arrival[transfer]), int(self.finish[flow]))
-            self.departure[transfer] = now
-            if self.flows_left[transfer] == 0:
-                released.append(transfer)
-        offsets, dependents, needs_arrival = (
-            self.w.dependent_offsets,
-            self.w.dependents,
-            self.w.dependent_needs_arrival,
+        # Per channel, per group and per group in a filling: see loop.py.
+        i64, f64, none = np.int64, np.float64, -1
+        self.channel = (
+            np.zeros(u, i64),
+            np.full(u, none, i64),
+            np.full(u, none, i64),
+            np.zeros(u, f64),
+            np.full(u, none, i64),
+            np.full(u, none, i64),
+            np.full(u, none, i64),
+            np.zeros(u, f64),
+            np.zeros(u, np.bool_),
+            np.zeros(u, i64),
+            np.zeros(u, i64),
+            np.full(u, none, i64),
+            np.full(u, none, i64),
+            np.zeros(u, i64),
+            np.zeros(u, np.bool_),
+            np.zeros(u, i64),
+            np.zeros(u, i64),
+            np.zeros(u, i64),
+            np.zeros(u, i64),
+            np.zeros(u, f64),
         )
-        for transfer in released:
-            self.transfers_done += 1
-            first, last = int(offsets[transfer]), int(offsets[transfer + 1])
-            arrival, departure = int(self.arrival[transfer]), now
-            for waiting, needs in zip(
-                dependents[first:last].tolist(), needs_arrival[first:last].tolist(), strict=True
-            ):
-                self.ready[waiting] = max(int(self.ready[waiting]), arrival if needs else departure)
-                self.waiting_on[waiting] -= 1
-                if self.waiting_on[waiting] == 0:
-                    heapq.heappush(self.heap, (int(self.ready[waiting]), waiting))
-
-    def _start(self, transfers: list[int], now: int) -> None:
-        offsets = self.w.transfer_flow_offsets
-        tr = np.asarray(transfers, dtype=np.int64)
-        counts = offsets[tr + 1] - offsets[tr]
-        flows = np.repeat(offsets[tr] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        self.start[flows] = now
-        empty = self.w.flow_size_bytes[flows] == 0
-        if empty.any():
-            self._complete(flows[empty], now)
-            flows = flows[~empty]
-        route = self.flow_route[flows]
-        r_off = self.routes.offsets
-        n_entries = r_off[route + 1] - r_off[route]
-        entries = np.repeat(r_off[route] - np.cumsum(n_entries) + n_entries, n_entries) + np.arange(
-            n_entries.sum()
+        g = u + 1
+        self.groups = (
+            np.zeros(g, f64),
+            np.zeros(g, f64),
+            np.zeros(g, i64),
+            np.full(g, none, i64),
+            np.zeros(g, i64),
+            np.zeros(g, i64),
+            np.arange(g, dtype=i64),
+            np.full(1 << int(2 * g).bit_length(), none, i64),
         )
-        slots = len(self.active) + np.repeat(np.arange(len(flows)), n_entries)
-        self.active = np.concatenate([self.active, flows])
-        if self.caps is not None:
-            self.caps = np.concatenate([self.caps, self.flow_cap[flows]])
-        self.remaining = np.concatenate([self.remaining, self.w.flow_size_bytes[flows].astype(np.float64)])
-        self.entry_slot = np.concatenate([self.entry_slot, slots])
-        self.entry_channel = np.concatenate([self.entry_channel, self.route_channel[entries]])
-        self.entry_fraction = np.concatenate([self.entry_fraction, self.routes.fractions[entries]])
-
-    def _retire(self, ending: np.ndarray) -> np.ndarray:
-        """Drop the active slots in `ending` (bool per slot); returns their flows."""
-        keep = ~ending
-        new_slot = np.cumsum(keep) - 1
-        keep_entry = keep[self.entry_slot]
-        self.entry_slot = new_slot[self.entry_slot[keep_entry]]
-        self.entry_channel = self.entry_channel[keep_entry]
-        self.entry_fraction = self.entry_fraction[keep_entry]
-        flows = self.active[ending]
-        self.active, self.remaining = self.active[keep], self.remaining[keep]
-        if self.caps is not None:
-            self.caps = self.caps[keep]
-        return flows
-
-    def _rates(self, now: int) -> np.ndarray:
-        rates = max_min_rates(
-            self.entry_slot,
-            self.entry_channel,
-            self.entry_fraction,
-            self.capacity,
-            len(self.active),
-            self.caps,
+        self.work = (
+            np.zeros(g + u, f64),
+            np.zeros(g + u, f64),
+            np.zeros(g + u, f64),
+            np.zeros(g + u, i64),
+            np.zeros(g + u, np.bool_),
+            np.zeros(g + u, i64),
+            np.zeros(g + u, i64),
         )
-        load = np.bincount(
-            self.entry_channel, weights=self.entry_fraction * rates[self.entry_slot], minlength=len(self.load)
+        self.scalars = np.zeros(loop.SCALARS, dtype=np.int64)
+        self.scalars[loop.NOW] = heap_time[0] if len(ready_now) else 0
+        self.scalars[loop.HEAP_SIZE] = len(ready_now)
+        self.scalars[loop.FIRST_STARTED] = self.scalars[loop.LAST_STARTED] = -1
+        self.slots: tuple[np.ndarray, ...] = ()
+        self.nodes: tuple[np.ndarray, ...] = ()
+        self._grow_slots(min(max(f, 1), _FIRST_SLOTS))
+        self.records = (
+            np.zeros(max(u, _RECORD_BUFFER), dtype=np.int64),
+            np.zeros(max(u, _RECORD_BUFFER), dtype=np.int32),
+            np.zeros(max(u, _RECORD_BUFFER)),
         )
-        changed = np.flatnonzero(load != self.load)
-        if len(changed):
-            self.records.append((now, self.used_channels[changed], load[changed]))
-            self.load = load
-        return rates
+        self.record_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def _grow_slots(self, size: int) -> None:
+        """Room for `size` active flows, the active ones kept in their slots."""
+        old = len(self.slots[0]) if self.slots else 0
+        i64, f64 = np.int64, np.float64
+        floats = (2, 3, 4, 7, 17)  # remaining, rate, cap, rate at freezing, rate by position: see loop.py
+        dtypes = [f64 if i in floats else i64 for i in range(21)]
+        slots = tuple(np.zeros(size, dtype=dtype) for dtype in dtypes)
+        for before, after in zip(self.slots, slots, strict=False):  # none the first time
+            after[:old] = before
+        # The free stack gets the new slots below the free ones it had.
+        free = int(self.scalars[loop.FREE])
+        added = np.arange(size - 1, old - 1, -1, dtype=i64)
+        slots[10][: len(added)] = added
+        if self.slots:
+            slots[10][len(added) : len(added) + free] = self.slots[10][:free]
+        self.scalars[loop.FREE] = free + len(added)
+        self.slots = slots
+        nodes = tuple(np.full(size * self.longest_route, -1, dtype=i64) for _ in range(3))
+        for before, after in zip(self.nodes, nodes, strict=False):
+            after[: len(before)] = before
+        self.nodes = nodes
+
+    def _take_records(self) -> None:
+        count = int(self.scalars[loop.RECORDS])
+        if count:
+            self.record_chunks.append(tuple(r[:count].copy() for r in self.records))  # type: ignore[arg-type]
+            self.scalars[loop.RECORDS] = 0
 
     def run(self, time_limit_ns: int) -> FlowRun:
-        events, time_limited = 0, False
-        now = self.heap[0][0] if self.heap else 0
+        events = _FIRST_SLICE
         last_report = time.monotonic()
         while True:
-            while self.heap and self.heap[0][0] <= now:
-                starting = []
-                while self.heap and self.heap[0][0] <= now:
-                    starting.append(heapq.heappop(self.heap)[1])
-                self._start(starting, now)
-            rates = self._rates(now)
-            events += 1
-            if len(self.active):
-                if not (rates > 0).all():
-                    raise FailedPrecondition("a flow crosses a channel of zero capacity (rate 0 link)")
-                finish = now + np.ceil(self.remaining * (8 * _NS_PER_S) / rates).astype(np.int64)
-                next_end = int(finish.min())
-            else:
-                next_end = None
-            next_start = self.heap[0][0] if self.heap else None
-            candidates = [t for t in (next_end, next_start) if t is not None]
-            if not candidates:
+            began = time.monotonic()
+            status = loop.run_events(
+                self.workload,
+                self.routes,
+                self.state,
+                self.slots,
+                self.nodes,
+                self.channel,
+                self.groups,
+                self.work,
+                self.records,
+                self.scalars,
+                self.has_caps,
+                time_limit_ns,
+                events,
+            )
+            if status == loop.RECORDS_FULL:
+                self._take_records()
+            elif status == loop.SLOTS_FULL:
+                self._grow_slots(max(2 * len(self.slots[0]), int(self.scalars[loop.SLOTS_NEEDED])))
+            elif status == loop.ZERO_RATE:
+                raise FailedPrecondition("a flow crosses a channel of zero capacity (rate 0 link)")
+            elif status != loop.PAUSED:
                 break
-            upcoming = min(candidates)
-            if time_limit_ns and upcoming > time_limit_ns:
-                now, time_limited = time_limit_ns, True
-                break
-            if len(self.active):
-                self.remaining -= rates * ((upcoming - now) / (8 * _NS_PER_S))
-                ending = finish <= upcoming
-                if ending.any():
-                    self._complete(self._retire(ending), upcoming)
-            now = upcoming
+            else:  # aim at slices of about _SLICE_S of wall time
+                took = time.monotonic() - began
+                events = int(min(max(events * _SLICE_S / max(took, 1e-6), _FIRST_SLICE), 2 * events + 1))
             if self.progress is not None and time.monotonic() - last_report > _PROGRESS_EVERY_S:
                 last_report = time.monotonic()
-                if not self.progress(self.transfers_done / max(1, self.w.transfer_count)):
+                if not self.progress(int(self.scalars[loop.TRANSFERS_DONE]) / max(1, self.transfer_count)):
                     raise Cancelled()
-        return self._result(now, events, time_limited)
+        self._take_records()
+        return self._result(int(self.scalars[loop.NOW]), status == loop.TIME_LIMITED)
 
-    def _result(self, now: int, events: int, time_limited: bool) -> FlowRun:
-        if self.records:
-            times = np.concatenate([np.full(len(c), t, dtype=np.int64) for t, c, _ in self.records])
-            channels = np.concatenate([c for _, c, _ in self.records]).astype(np.int32)
-            loads = np.concatenate([v for _, _, v in self.records])
-        else:
-            times, channels, loads = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0)
+    def _result(self, now: int, time_limited: bool) -> FlowRun:
+        # The records by channel, then time (a stable counting sort, chunk by chunk in time order).
+        channel_ids = self.used_channels.astype(np.int32)
+        counts = np.zeros(len(channel_ids), dtype=np.int64)
+        for _, compact, _ in self.record_chunks:
+            counts += np.bincount(compact, minlength=len(channel_ids))
+        fill = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        total = int(counts.sum())
+        times, channels, loads = np.empty(total, np.int64), np.empty(total, np.int32), np.empty(total)
+        while self.record_chunks:
+            chunk_times, compact, chunk_loads = self.record_chunks.pop(0)
+            loop.order_by_channel(
+                chunk_times, compact, chunk_loads, channel_ids, fill, times, channels, loads
+            )
         end = now if time_limited else int(self.finish.max(initial=0))
+        events = int(self.scalars[loop.EVENTS])
         return FlowRun(self.start, self.sent, self.finish, times, channels, loads, end, events, time_limited)
 
 
@@ -330,6 +332,7 @@ def simulate_flows(
     """Run the workload to completion (or `time_limit_ns`).
 
     `flow_route[f]` is the row of `routes` that flow f follows. `progress(fraction)` is called
-    about every 0.2 s of wall time; returning False raises Cancelled.
+    about every 0.2 s of wall time; returning False raises Cancelled. The load records come by
+    channel, then time (what `series.channel_series` sorts them into: it sorts fastest so).
     """
     return _Engine(workload, flow_route, routes, channel_rate_bps, progress).run(time_limit_ns)

@@ -1,0 +1,374 @@
+"""The compiled FLOW loop (flow/loop.py) against the NumPy loop it replaced, kept here as the
+reference: bit-identical per-flow times, channel load records, end, event count and time-limit flag
+on random workloads (split routes, shared channels, duplicate entries, empty flows, caps, ties,
+dependencies waiting on arrival or departure, time limits), with the loop made to pause, grow its
+slots and empty its record buffer at every turn, and on whole runs of every mode."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+import pytest
+
+import services.simulator.flow.engine as flow_engine
+from services.common.errors import FailedPrecondition
+from services.simulator.flow import model
+from services.simulator.flow.model import FlowRun, max_min_rates, simulate_flows
+from services.simulator.routes import FlowRoutes
+from services.simulator.runner import run_simulation
+from services.simulator.spec import SimulationSpec
+from services.simulator.workload import Workload
+from tests.simulator.fabrics import fat_tree, leaf_spine
+
+G = 1_000_000_000
+
+
+class _Reference:
+    """The NumPy event loop model.py had before the compiled one (max-min rates recomputed from
+    scratch at every event with `max_min_rates`), unchanged but for names, progress reports and
+    its shortcut for a few ending flows (plain-Python bookkeeping that did the same)."""
+
+    def __init__(self, workload, flow_route, routes, channel_rate_bps):
+        self.w = workload
+        self.flow_route = flow_route
+        self.routes = routes
+        self.used_channels, compact = np.unique(routes.channels, return_inverse=True)
+        self.route_channel = compact.astype(np.int64)
+        self.capacity = np.asarray(channel_rate_bps, dtype=np.float64)[self.used_channels]
+        f, t = workload.flow_count, workload.transfer_count
+        self.flow_transfer = np.repeat(np.arange(t), np.diff(workload.transfer_flow_offsets))
+        self.flow_latency = routes.latency_ns[flow_route]
+        self.start = np.full(f, -1, dtype=np.int64)
+        self.sent = np.full(f, -1, dtype=np.int64)
+        self.finish = np.full(f, -1, dtype=np.int64)
+        self.flows_left = np.diff(workload.transfer_flow_offsets).astype(np.int64)
+        self.waiting_on = workload.transfer_prerequisites.astype(np.int64)
+        self.ready = workload.transfer_release_ns.astype(np.int64)
+        self.arrival = np.zeros(t, dtype=np.int64)
+        self.departure = np.zeros(t, dtype=np.int64)
+        ready_now = np.flatnonzero(self.waiting_on == 0)
+        self.heap = list(zip(self.ready[ready_now].tolist(), ready_now.tolist(), strict=True))
+        heapq.heapify(self.heap)
+        self.active = np.zeros(0, dtype=np.int64)
+        self.remaining = np.zeros(0)
+        self.entry_slot = np.zeros(0, dtype=np.int64)
+        self.entry_channel = np.zeros(0, dtype=np.int64)
+        self.entry_fraction = np.zeros(0)
+        self.caps = None
+        if workload.flow_rate_bps is not None:
+            self.caps = np.zeros(0)
+            self.flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf)
+        self.load = np.zeros(len(self.used_channels))
+        self.records = []
+
+    def complete(self, flows, now):
+        self.sent[flows] = now
+        self.finish[flows] = now + self.flow_latency[flows]
+        transfers = self.flow_transfer[flows]
+        np.subtract.at(self.flows_left, transfers, 1)
+        np.maximum.at(self.arrival, transfers, self.finish[flows])
+        self.departure[transfers] = now
+        done = np.unique(transfers[self.flows_left[transfers] == 0])
+        if not len(done):
+            return
+        offsets = self.w.dependent_offsets
+        counts = offsets[done + 1] - offsets[done]
+        if not counts.sum():
+            return
+        index = np.repeat(offsets[done] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        dependents = self.w.dependents[index].astype(np.int64)
+        needs_arrival = self.w.dependent_needs_arrival[index]
+        waited = np.where(
+            needs_arrival, np.repeat(self.arrival[done], counts), np.repeat(self.departure[done], counts)
+        )
+        np.maximum.at(self.ready, dependents, waited)
+        np.subtract.at(self.waiting_on, dependents, 1)
+        for transfer in np.unique(dependents[self.waiting_on[dependents] == 0]).tolist():
+            heapq.heappush(self.heap, (int(self.ready[transfer]), transfer))
+
+    def start_transfers(self, transfers, now):
+        offsets = self.w.transfer_flow_offsets
+        tr = np.asarray(transfers, dtype=np.int64)
+        counts = offsets[tr + 1] - offsets[tr]
+        flows = np.repeat(offsets[tr] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        self.start[flows] = now
+        empty = self.w.flow_size_bytes[flows] == 0
+        if empty.any():
+            self.complete(flows[empty], now)
+            flows = flows[~empty]
+        route = self.flow_route[flows]
+        r_off = self.routes.offsets
+        n_entries = r_off[route + 1] - r_off[route]
+        entries = np.repeat(r_off[route] - np.cumsum(n_entries) + n_entries, n_entries) + np.arange(
+            n_entries.sum()
+        )
+        slots = len(self.active) + np.repeat(np.arange(len(flows)), n_entries)
+        self.active = np.concatenate([self.active, flows])
+        if self.caps is not None:
+            self.caps = np.concatenate([self.caps, self.flow_cap[flows]])
+        self.remaining = np.concatenate([self.remaining, self.w.flow_size_bytes[flows].astype(np.float64)])
+        self.entry_slot = np.concatenate([self.entry_slot, slots])
+        self.entry_channel = np.concatenate([self.entry_channel, self.route_channel[entries]])
+        self.entry_fraction = np.concatenate([self.entry_fraction, self.routes.fractions[entries]])
+
+    def retire(self, ending):
+        keep = ~ending
+        new_slot = np.cumsum(keep) - 1
+        keep_entry = keep[self.entry_slot]
+        self.entry_slot = new_slot[self.entry_slot[keep_entry]]
+        self.entry_channel = self.entry_channel[keep_entry]
+        self.entry_fraction = self.entry_fraction[keep_entry]
+        flows = self.active[ending]
+        self.active, self.remaining = self.active[keep], self.remaining[keep]
+        if self.caps is not None:
+            self.caps = self.caps[keep]
+        return flows
+
+    def rates(self, now):
+        rates = max_min_rates(
+            self.entry_slot,
+            self.entry_channel,
+            self.entry_fraction,
+            self.capacity,
+            len(self.active),
+            self.caps,
+        )
+        load = np.bincount(
+            self.entry_channel, weights=self.entry_fraction * rates[self.entry_slot], minlength=len(self.load)
+        )
+        changed = np.flatnonzero(load != self.load)
+        if len(changed):
+            self.records.append((now, self.used_channels[changed], load[changed]))
+            self.load = load
+        return rates
+
+    def run(self, time_limit_ns):
+        events, time_limited = 0, False
+        now = self.heap[0][0] if self.heap else 0
+        while True:
+            while self.heap and self.heap[0][0] <= now:
+                starting = []
+                while self.heap and self.heap[0][0] <= now:
+                    starting.append(heapq.heappop(self.heap)[1])
+                self.start_transfers(starting, now)
+            rates = self.rates(now)
+            events += 1
+            if len(self.active):
+                if not (rates > 0).all():
+                    raise FailedPrecondition("a flow crosses a channel of zero capacity (rate 0 link)")
+                finish = now + np.ceil(self.remaining * (8 * 1e9) / rates).astype(np.int64)
+                next_end = int(finish.min())
+            else:
+                next_end = None
+            next_start = self.heap[0][0] if self.heap else None
+            candidates = [t for t in (next_end, next_start) if t is not None]
+            if not candidates:
+                break
+            upcoming = min(candidates)
+            if time_limit_ns and upcoming > time_limit_ns:
+                now, time_limited = time_limit_ns, True
+                break
+            if len(self.active):
+                self.remaining -= rates * ((upcoming - now) / (8 * 1e9))
+                ending = finish <= upcoming
+                if ending.any():
+                    self.complete(self.retire(ending), upcoming)
+            now = upcoming
+        if self.records:
+            times = np.concatenate([np.full(len(c), t, dtype=np.int64) for t, c, _ in self.records])
+            channels = np.concatenate([c for _, c, _ in self.records]).astype(np.int32)
+            loads = np.concatenate([v for _, _, v in self.records])
+        else:
+            times, channels, loads = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0)
+        end = now if time_limited else int(self.finish.max(initial=0))
+        return FlowRun(self.start, self.sent, self.finish, times, channels, loads, end, events, time_limited)
+
+
+def reference_flows(workload, flow_route, routes, channel_rate_bps, time_limit_ns=0, progress=None):
+    """`simulate_flows` as it was; its records ordered as the compiled loop orders them (by
+    channel, then time)."""
+    run = _Reference(workload, flow_route, routes, channel_rate_bps).run(time_limit_ns)
+    order = np.argsort(run.record_channel, kind="stable")
+    return dataclasses.replace(
+        run,
+        record_time_ns=run.record_time_ns[order],
+        record_channel=run.record_channel[order],
+        record_load_bps=run.record_load_bps[order],
+    )
+
+
+def assert_identical(run: FlowRun, reference: FlowRun) -> None:
+    for field in dataclasses.fields(FlowRun):
+        got, want = getattr(run, field.name), getattr(reference, field.name)
+        if isinstance(want, np.ndarray):
+            assert got.dtype == want.dtype, field.name
+            assert np.array_equal(got, want), field.name  # floats compared exactly
+        else:
+            assert got == want, field.name
+
+
+def random_case(seed: int, caps: bool = False):
+    """A random workload on random routes: few distinct capacities and fractions so that channels
+    tie (and share groups), some routes splitting a flow, crossing a channel twice or sharing all
+    their channels, flows of 0 bytes, transfers waiting on others' arrival or departure."""
+    rng = np.random.default_rng(seed)
+    channels = int(rng.integers(3, 14))
+    capacity = rng.choice([100.0, 200.0, 400.0], channels) * G
+    route_count = int(rng.integers(2, 9))
+    offsets, route_channels, fractions = [0], [], []
+    for _ in range(route_count):
+        length = int(rng.integers(1, min(6, channels + 1)))
+        chosen = rng.choice(channels, length, replace=bool(rng.random() < 0.2))
+        split = rng.choice([1.0, 1.0, 0.5, 0.25, 1 / 3], length)
+        route_channels += chosen.tolist()
+        fractions += split.tolist()
+        offsets.append(offsets[-1] + length)
+    routes = FlowRoutes(
+        np.array(offsets, dtype=np.int64),
+        np.array(route_channels, dtype=np.int32),
+        np.array(fractions),
+        rng.integers(0, 3000, route_count).astype(np.int64),
+        False,
+    )
+    transfers = int(rng.integers(1, 40))
+    flows_per = rng.integers(1, 4, transfers)
+    flow_offsets = np.r_[0, np.cumsum(flows_per)].astype(np.int64)
+    flow_count = int(flow_offsets[-1])
+    prerequisites = np.zeros(transfers, dtype=np.int32)
+    waits: list[list[tuple[int, bool]]] = [[] for _ in range(transfers)]
+    for t in range(1, transfers):
+        for before in rng.choice(t, int(rng.integers(0, min(t, 3) + 1)), replace=False).tolist():
+            waits[before].append((t, bool(rng.random() < 0.7)))
+            prerequisites[t] += 1
+    dependent_offsets = np.r_[0, np.cumsum([len(w) for w in waits])].astype(np.int64)
+    dependents = np.array([d for w in waits for d, _ in w], dtype=np.int32)
+    needs_arrival = np.array([a for w in waits for _, a in w], dtype=bool)
+    sizes = rng.choice([0, 1, 999, 4096, 65_536, 1_000_000, 3_333_333], flow_count)
+    rate = None
+    if caps:
+        rate = rng.choice([0.0, 0.0, 10.0, 37.5, 150.0], flow_count) * G
+    workload = Workload(
+        jobs=[],
+        transfer_job=np.zeros(transfers, dtype=np.int32),
+        transfer_release_ns=rng.choice([0, 0, 500, 2000, 20_000], transfers).astype(np.int64),
+        transfer_prerequisites=prerequisites,
+        dependent_offsets=dependent_offsets,
+        dependents=dependents,
+        dependent_needs_arrival=needs_arrival,
+        transfer_flow_offsets=flow_offsets,
+        flow_job=np.zeros(flow_count, dtype=np.int32),
+        flow_source=np.zeros(flow_count, dtype=np.int64),
+        flow_destination=np.zeros(flow_count, dtype=np.int64),
+        flow_size_bytes=sizes.astype(np.int64),
+        flow_source_port=np.zeros(flow_count, dtype=np.int32),
+        flow_destination_qp=np.zeros(flow_count, dtype=np.uint32),
+        flow_rate_bps=rate,
+    )
+    flow_route = rng.integers(0, route_count, flow_count).astype(np.int64)
+    return workload, flow_route, routes, np.r_[capacity, rng.random(3) * G]  # channels no route uses
+
+
+@pytest.fixture
+def tight(monkeypatch):
+    """The compiled loop driven one event per call, from one slot and with a one-event record
+    buffer: every pause, growth and hand-over path at every turn."""
+    monkeypatch.setattr(model, "_FIRST_SLICE", 1)
+    monkeypatch.setattr(model, "_SLICE_S", 0.0)
+    monkeypatch.setattr(model, "_FIRST_SLOTS", 1)
+    monkeypatch.setattr(model, "_RECORD_BUFFER", 1)
+
+
+@pytest.mark.parametrize("caps", [False, True])
+@pytest.mark.parametrize("seed", range(60))
+def test_random_workloads_run_bit_identical_to_the_reference(seed, caps):
+    case = random_case(seed, caps)
+    assert_identical(simulate_flows(*case), reference_flows(*case))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pausing_growing_and_handing_over_records_at_every_event_changes_nothing(seed, tight):
+    case = random_case(1000 + seed, caps=seed % 2 == 1)
+    assert_identical(simulate_flows(*case), reference_flows(*case))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_time_limit_stops_both_at_the_same_state(seed):
+    case = random_case(2000 + seed, caps=seed % 3 == 0)
+    end = reference_flows(*case).end_ns
+    for limit in (1, end // 3, end // 2 + 7, end - 1):
+        assert_identical(
+            simulate_flows(*case, time_limit_ns=limit), reference_flows(*case, time_limit_ns=limit)
+        )
+
+
+def test_a_flow_on_a_channel_of_zero_capacity_is_refused():
+    workload, flow_route, routes, capacity = random_case(7)
+    capacity[routes.channels[0]] = 0.0
+    flow_route[:] = 0
+    workload.flow_size_bytes[:] = 1000
+    with pytest.raises(FailedPrecondition, match="zero capacity"):
+        simulate_flows(workload, flow_route, routes, capacity)
+
+
+def test_many_flows_at_once_grow_the_slots():
+    # 3,000 flows start together on 40 channels (more than the 1,024 slots the loop starts with).
+    rng = np.random.default_rng(5)
+    workload, _, routes, _ = random_case(11)
+    flows = 3000
+    workload = dataclasses.replace(
+        workload,
+        transfer_job=np.zeros(1, dtype=np.int32),
+        transfer_release_ns=np.zeros(1, dtype=np.int64),
+        transfer_prerequisites=np.zeros(1, dtype=np.int32),
+        dependent_offsets=np.zeros(2, dtype=np.int64),
+        dependents=np.zeros(0, dtype=np.int32),
+        dependent_needs_arrival=np.zeros(0, dtype=bool),
+        transfer_flow_offsets=np.array([0, flows], dtype=np.int64),
+        flow_job=np.zeros(flows, dtype=np.int32),
+        flow_size_bytes=rng.integers(1, 10**6, flows).astype(np.int64),
+        flow_rate_bps=None,
+    )
+    routes = FlowRoutes(
+        np.arange(0, 3 * 200 + 1, 3, dtype=np.int64),
+        rng.integers(0, 40, 600).astype(np.int32),
+        np.ones(600),
+        np.full(200, 1000, dtype=np.int64),
+        True,
+    )
+    case = (workload, rng.integers(0, 200, flows).astype(np.int64), routes, np.full(40, 400.0 * G))
+    assert_identical(simulate_flows(*case), reference_flows(*case))
+
+
+def spec(jobs, mode, **extra):
+    lb = {"mode": mode, "seed": 3, **extra.pop("lb", {})}
+    return SimulationSpec.from_dict({"fabric": "fabrics/test", "jobs": jobs, "load_balancing": lb, **extra})
+
+
+RING = {"collective": "ALL_REDUCE", "size_bytes": 3 << 20, "rank_count": 16, "placement": "RANDOM"}
+RUNS = [
+    ("ECMP", [RING], {}),
+    ("ADAPTIVE", [RING], {}),
+    ("SPRAY", [RING], {}),
+    ("ECMP", [{**RING, "qps_per_connection": 3, "iterations": 2}], {}),
+    ("ADAPTIVE", [{**RING, "rank_count": 8}, {**RING, "rank_count": 8, "start_ns": 5000}], {}),
+    ("ECMP", [{**RING, "collective": "ALL_TO_ALL", "size_bytes": 1 << 20}], {}),
+    ("ECMP", [{**RING, "collective": "ALL_GATHER"}], {"sample_interval_ns": 2000}),
+]
+
+
+@pytest.mark.parametrize("fabric", [fat_tree(4), leaf_spine(4, 2, 4)], ids=["fat_tree4", "leaf_spine"])
+@pytest.mark.parametrize(("mode", "jobs", "extra"), RUNS)
+def test_whole_runs_come_out_identical_to_the_reference(fabric, mode, jobs, extra, monkeypatch):
+    s = spec(jobs, mode, switch_latency_ns=300, **extra)
+    compiled = run_simulation(s, fabric)
+    monkeypatch.setattr(flow_engine, "simulate_flows", reference_flows)
+    reference = run_simulation(s, fabric)
+    assert compiled.jobs == reference.jobs
+    assert compiled.events == reference.events
+    assert compiled.makespan_ns == reference.makespan_ns
+    for name in ("bytes", "utilisation"):
+        assert np.array_equal(getattr(compiled.series, name), getattr(reference.series, name))
+    for name in ("start_ns", "finish_ns"):
+        assert np.array_equal(getattr(compiled.flows, name), getattr(reference.flows, name))
