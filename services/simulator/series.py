@@ -117,16 +117,31 @@ def channel_series(
 ) -> ChannelSeries:
     """Integrate the load records of every channel that ever carried load into interval bins.
 
-    Records must be in time order. Intervals run from 0 to `end_ns`; the last may be partial, and
-    its utilisation is over its actual length. `exact_bytes` ([channels], optional) are the bytes
-    each channel really carried: an engine that rounds event times up to whole nanoseconds
-    integrates slightly more (under 1 ns of extra rate per flow), so each channel's curve is scaled
-    to end exactly there.
+    Records must be in time order on each channel (all in time order, or by channel and then time:
+    then each channel is a run and nothing is sorted). Intervals run from 0 to `end_ns`; the last
+    may be partial, and its utilisation is over its actual length. `exact_bytes` ([channels],
+    optional) are the bytes each channel really carried: an engine that rounds event times up to
+    whole nanoseconds integrates slightly more (under 1 ns of extra rate per flow), so each
+    channel's curve is scaled to end exactly there.
     """
     bins = max(1, -(-end_ns // interval_ns))
-    channels, inverse = np.unique(record_channel, return_inverse=True)
-    carried = np.zeros(len(channels), dtype=bool)
-    np.logical_or.at(carried, inverse, record_load_bps > 0)
+    record_channel = np.asarray(record_channel)
+    # Records already by channel (the FLOW engine's order): each channel is a run, no sort needed.
+    by_channel = len(record_channel) < 2 or bool((record_channel[1:] >= record_channel[:-1]).all())
+    if by_channel:
+        starts = (
+            np.flatnonzero(np.r_[True, record_channel[1:] != record_channel[:-1]])
+            if len(record_channel)
+            else np.zeros(0, dtype=np.int64)
+        )
+        channels = record_channel[starts]
+        inverse = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(record_channel)]))
+        loaded = record_load_bps > 0
+        carried = np.logical_or.reduceat(loaded, starts) if len(starts) else np.zeros(0, dtype=bool)
+    else:
+        channels, inverse = np.unique(record_channel, return_inverse=True)
+        carried = np.zeros(len(channels), dtype=bool)
+        np.logical_or.at(carried, inverse, record_load_bps > 0)
     channels = channels[carried]
     if len(channels) * (bins + 1) > MAX_SERIES_VALUES:
         # The caller's interval gives more values than fit (checks.py refuses the certain cases up
@@ -138,11 +153,16 @@ def channel_series(
         empty = np.zeros((0, bins))
         return ChannelSeries(np.zeros(0, np.int32), 0, interval_ns, empty.astype(np.int64), empty)
     keep = carried[inverse]
-    channel_index = np.searchsorted(channels, record_channel[keep])
-    order = np.argsort(channel_index, kind="stable")  # by channel, then time
-    owner = channel_index[order]
-    times = record_time_ns[keep][order].astype(np.int64)
-    loads = record_load_bps[keep][order]
+    if by_channel:  # already by channel, then time
+        owner = (np.cumsum(carried) - 1)[inverse[keep]]
+        times = record_time_ns[keep].astype(np.int64)
+        loads = record_load_bps[keep]
+    else:
+        channel_index = np.searchsorted(channels, record_channel[keep])
+        order = np.argsort(channel_index, kind="stable")  # by channel, then time
+        owner = channel_index[order]
+        times = record_time_ns[keep][order].astype(np.int64)
+        loads = record_load_bps[keep][order]
     # Each record holds until the channel's next record, or the end.
     last_of_channel = np.r_[owner[1:] != owner[:-1], True]
     until = np.r_[times[1:], end_ns]
