@@ -40,7 +40,7 @@ from services.orchestrator.runner import execute_run
 from services.orchestrator.scenarios import DEFAULT_MAX_SIMULATIONS_PER_RUN, check_run_size, expand
 from services.orchestrator.store import ScenarioStore
 
-__all__ = ["ScenarioServicer"]
+__all__ = ["RunChanges", "ScenarioServicer"]
 
 _Context = grpc.aio.ServicerContext[object, object]
 _CANCEL_WAIT_SECONDS = 30.0  # CancelRun waits this long for the run's simulations to be cancelled
@@ -69,10 +69,10 @@ _UPDATABLE = {
 class _StoredRun:
     """A run's changes saved in the store, then announced to WatchRun callers (a RunRecord)."""
 
-    def __init__(self, store: ScenarioStore, run_id: str, changed: asyncio.Condition) -> None:
+    def __init__(self, store: ScenarioStore, run_id: str, changes: RunChanges) -> None:
         self.store = store
         self.run_id = run_id
-        self.changed = changed
+        self.changes = changes
 
     async def run_changed(self, run: Run) -> None:
         await asyncio.to_thread(self.store.save_run, self.run_id, run)
@@ -83,8 +83,31 @@ class _StoredRun:
         await self._announce()
 
     async def _announce(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
+        await self.changes.announce()
+
+
+class RunChanges:
+    """How many run changes were saved so far, and the condition WatchRun waits on for the next.
+
+    A watcher notes `count` before it reads a run and waits past that count: a change saved while
+    it was reading is seen at once (a bare condition would miss that notify and wait its timeout).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._condition = asyncio.Condition()
+
+    async def announce(self) -> None:
+        async with self._condition:
+            self.count += 1
+            self._condition.notify_all()
+
+    async def wait_past(self, seen: int, timeout: float) -> None:
+        """Return once a change after `seen` was announced (at once if one already was), else after
+        `timeout` seconds."""
+        async with self._condition:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._condition.wait_for(lambda: self.count != seen), timeout)
 
 
 class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
@@ -101,7 +124,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         self.topology = topology
         self.simulators = simulators
         self.telemetry = telemetry
-        self._changed = asyncio.Condition()
+        self._changes = RunChanges()
         self._tasks: set[asyncio.Task[Run]] = set()
         self._running: dict[str, asyncio.Task[Run]] = {}  # run name -> its task, while it runs
 
@@ -237,7 +260,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         run = await asyncio.to_thread(self.store.create_run, scenario_id, run_id, run)
         snapshot = run_to_proto(run)
 
-        record = _StoredRun(self.store, run_id, self._changed)
+        record = _StoredRun(self.store, run_id, self._changes)
         task = asyncio.create_task(execute_run(run, planned, self.simulators, self.telemetry, record))
         self._tasks.add(task)
         self._running[run.name] = task
@@ -287,6 +310,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
     ) -> AsyncIterator[scenario_pb2.Run]:
         last = b""
         while True:
+            seen = self._changes.count
             run = await self._get_run(request.name)
             message = run_to_proto(run)
             body = message.SerializeToString(deterministic=True)
@@ -295,9 +319,7 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
                 yield message
             if run.state.terminal:
                 return
-            async with self._changed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout=1.0)
+            await self._changes.wait_past(seen, timeout=1.0)
 
     async def CompareRuns(
         self, request: scenario_pb2.CompareRunsRequest, context: _Context
