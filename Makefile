@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml clients/python/pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e clients/python -e '.[dev]'
 	$(PY) -m services.simulator.packet.warm_up  # compile the packet engine once (about a minute)
+	$(PY) -m services.simulator.flow.warm_up  # and the FLOW engine's loop (about 10 s)
 	touch $@
 
 proto: venv
@@ -34,6 +35,7 @@ bench: venv
 
 run: venv
 	$(PY) -m services.simulator.packet.warm_up  # at once when compiled; else before the services start
+	$(PY) -m services.simulator.flow.warm_up
 	$(PY) -m services.stack
 
 # The Ethernet mirror on a real fabric in Linux network namespaces (needs root): prints what it found.

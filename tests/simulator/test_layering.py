@@ -28,7 +28,10 @@ SOURCE = ROOT / "services" / "simulator"
 
 # Lowest first. A module may import modules of its own layer or lower ones, never higher.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("__init__", "bounds", "faults", "ecmp_hash", "series", "progress", "cancel")),
+    (
+        "foundation",
+        ("__init__", "bounds", "faults", "ecmp_hash", "series", "progress", "cancel", "warm_fabric"),
+    ),
     ("spec", ("spec",)),
     ("traffic", ("collectives", "placement", "pinning", "sharp")),
     ("workload", ("workload",)),
