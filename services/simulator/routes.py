@@ -17,7 +17,6 @@ the slowest of its paths).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -207,26 +206,25 @@ def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(np.stack(columns, 1), axis=0, return_inverse=True), without its row-wise sort.
 
     Columns are folded into one int64 key (mixed radix: each column's offset value times the product
-    of the later columns' ranges), whose order is the rows' lexicographic order. When the ranges'
-    product fits, that is one pass: ranks by a table of the keys present where the key space is
-    small (no sort at all), else one integer sort. When it does not fit, the rows so far are ranked
-    a column at a time (their rank times the next column's range, plus that column). Rows come back
-    in the same lexicographic order as np.unique's.
+    of the later columns' ranges), whose order is the rows' lexicographic order, for as many columns
+    as the key's range fits in 2^62; then the key is ranked (a table of the keys present where their
+    range is small, no sort; else one integer sort) and folding goes on from the ranks. Most tables
+    are one pass; a QP's five columns (job, hosts, port, QP number) two. Rows come back in the same
+    lexicographic order as np.unique's.
     """
     values = [np.asarray(c, dtype=np.int64) for c in columns]
     lows = [int(v.min(initial=0)) for v in values]
     spans = [int(v.max(initial=0)) - low + 1 for v, low in zip(values, lows, strict=True)]
-    if math.prod(spans) < 1 << 62:
-        key = np.zeros(len(values[0]), dtype=np.int64)
-        for v, low, span in zip(values, lows, spans, strict=True):
-            key *= span
-            key += v - low
-        rank = _dense_rank(key, math.prod(spans))
-    else:
-        rank = np.zeros(len(values[0]), dtype=np.int64)
-        for v, low, span in zip(values, lows, spans, strict=True):
-            _, rank = np.unique(rank * span + (v - low), return_inverse=True)
-            rank = rank.reshape(-1).astype(np.int64)
+    key = np.zeros(len(values[0]), dtype=np.int64)
+    space = 1  # the key's values are in [0, space)
+    for v, low, span in zip(values, lows, spans, strict=True):
+        if space * span >= 1 << 62:  # no room for this column: rank the key so far first
+            key = _dense_rank(key, space)
+            space = int(key.max(initial=-1)) + 1
+        key *= span
+        key += v - low
+        space *= span
+    rank = _dense_rank(key, space)
     first = np.zeros(int(rank.max(initial=-1)) + 1, dtype=np.int64)
     first[rank[::-1]] = np.arange(len(rank) - 1, -1, -1)  # the first row of each rank
     rows = np.stack([v[first] for v in values], axis=1)
