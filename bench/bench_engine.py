@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import resource
 import subprocess
 import sys
 import tempfile
@@ -225,12 +224,7 @@ def _allreduce_k16(mode: str) -> dict:
         "peak_packets_in_flight": stats.peak_in_flight,
         "events": outcome.events,
         "phases_s": {name: round(seconds, 3) for name, seconds in outcome.phase_seconds.items()},
-        "peak_rss_mb": _peak_rss_mb(),
     }
-
-
-def _peak_rss_mb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 def _allreduce_k16_benchmark(mode: str) -> Callable[[], dict]:
@@ -278,7 +272,6 @@ def _allreduce_k32(mode: str) -> dict:
         "wall_s": round(wall, 2),
         "packets": stats.delivered,
         "packets_per_s": round(stats.delivered / wall),
-        "peak_rss_mb": _peak_rss_mb(),
         "completion_ms": round(job.completion_ns / 1e6, 3),
         "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
         "dropped_packets": stats.dropped,
@@ -340,7 +333,6 @@ def scale_efficiency() -> dict:
             "event_ratio": round((run.events / loop) / (ref.events / ref_loop), 3),
             "phases_s": {name: round(seconds, 3) for name, seconds in run.phase_seconds.items()},
         }
-    figures["peak_rss_mb"] = _peak_rss_mb()
     return figures
 
 
