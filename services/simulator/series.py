@@ -19,13 +19,13 @@ __all__ = [
     "MAX_SERIES_VALUES",
     "ChannelSeries",
     "channel_series",
-    "default_sample_interval_ns",
+    "first_interval_ns",
     "refuse_sample_interval",
+    "series_from_edges",
     "widened_interval_ns",
 ]
 
 MAX_SERIES_VALUES = 50_000_000  # channels x intervals kept in memory at most
-_MIN_INTERVAL_NS = 1_000
 
 
 @dataclasses.dataclass
@@ -77,9 +77,12 @@ class ChannelSeries:
         )
 
 
-def default_sample_interval_ns(end_ns: int) -> int:
-    """Completion time / 100, at least 1 us."""
-    return max(_MIN_INTERVAL_NS, -(-end_ns // 100))
+def first_interval_ns(expected_end_ns: int, intervals: int) -> int:
+    """The sample interval an engine starts from when the caller sets none: the finest power of two
+    of ns at which a run of `expected_end_ns` fits in half of `intervals` (the engines double it
+    whenever the run outlasts them all: a run that lasts at least that long gets more than a
+    quarter of them, and at most all)."""
+    return 1 << max(0, int(np.ceil(np.log2(max(1.0, max(1, expected_end_ns) / (intervals / 2))))))
 
 
 def widened_interval_ns(end_ns: int, channels: int) -> int:
@@ -181,17 +184,35 @@ def channel_series(
     at = np.maximum(at, 0)
     query_time = np.tile(edges, len(channels))
     bits = np.where(valid, cumulative[at] + loads[at] * (query_time - times[at]) / 1e9, 0.0)
-    cumulative = bits.reshape(len(channels), bins + 1) / 8
+    return series_from_edges(
+        channels, bits.reshape(len(channels), bins + 1), channel_rate_bps, end_ns, interval_ns, exact_bytes
+    )
+
+
+def series_from_edges(
+    channels: np.ndarray,
+    edge_bits: np.ndarray,
+    channel_rate_bps: np.ndarray,
+    end_ns: int,
+    interval_ns: int,
+    exact_bytes: np.ndarray | None = None,
+) -> ChannelSeries:
+    """The series of `channels` from the bits each carried from 0 to each edge k * interval (the last
+    edge at `end_ns`): bytes per interval, rounded on the cumulative curve (so that they add up to
+    the total), scaled to `exact_bytes` when given (see `channel_series`), and utilisation."""
+    bins = edge_bits.shape[1] - 1
+    cumulative = edge_bits / 8
     if exact_bytes is not None:
         integrated = cumulative[:, -1]
         wanted = np.asarray(exact_bytes, dtype=np.float64)[channels]
         cumulative *= np.divide(wanted, integrated, out=np.ones(len(channels)), where=integrated > 0)[:, None]
     cumulative_bytes = np.rint(cumulative).astype(np.int64)
     per_bin = np.diff(cumulative_bytes, axis=1)
+    edges = np.minimum(np.arange(bins + 1, dtype=np.int64) * interval_ns, end_ns)
     bin_ns = np.diff(edges).astype(np.float64)
     capacity_bytes = np.asarray(channel_rate_bps, dtype=np.float64)[channels][:, None] * bin_ns[None, :] / 8e9
     utilisation = np.divide(per_bin, capacity_bytes, out=np.zeros(per_bin.shape), where=capacity_bytes > 0)
-    return ChannelSeries(channels.astype(np.int32), 0, interval_ns, per_bin, utilisation)
+    return ChannelSeries(np.asarray(channels).astype(np.int32), 0, interval_ns, per_bin, utilisation)
 
 
 def refuse_sample_interval(interval_ns: int, shortest_ns: int, channels: int, most_intervals: int) -> None:

@@ -183,30 +183,58 @@ class _Reference:
         else:
             times, channels, loads = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0)
         end = now if time_limited else int(self.finish.max(initial=0))
-        return FlowRun(self.start, self.sent, self.finish, times, channels, loads, end, events, time_limited)
+        run = FlowRun(self.start, self.sent, self.finish, end, events, time_limited)
+        return run, (times, channels, loads)
 
 
-def reference_flows(workload, flow_route, routes, channel_rate_bps, time_limit_ns=0, progress=None):
-    """`simulate_flows` as it was; its records ordered as the compiled loop orders them (by
-    channel, then time)."""
-    run = _Reference(workload, flow_route, routes, channel_rate_bps).run(time_limit_ns)
-    order = np.argsort(run.record_channel, kind="stable")
-    return dataclasses.replace(
-        run,
-        record_time_ns=run.record_time_ns[order],
-        record_channel=run.record_channel[order],
-        record_load_bps=run.record_load_bps[order],
-    )
+def reference_flows(workload, flow_route, routes, channel_rate_bps, loads, time_limit_ns=0, progress=None):
+    """`simulate_flows` as it was, its records (in time order) handed to `loads` at the end."""
+    reference = _Reference(workload, flow_route, routes, channel_rate_bps)
+    run, (times, channels, values) = reference.run(time_limit_ns)
+    loads.open(reference.used_channels.astype(np.int32))
+    loads.fold(times, np.searchsorted(reference.used_channels, channels), values, len(times))
+    return run
 
 
-def assert_identical(run: FlowRun, reference: FlowRun) -> None:
+class RecordLog:
+    """A LoadSink that keeps every record: by channel, then time, as the loop used to return them."""
+
+    def open(self, channel_ids):
+        self.channel_ids, self.chunks = channel_ids, []
+
+    def fold(self, times, compact, loads, count):
+        self.chunks.append((times[:count].copy(), self.channel_ids[compact[:count]], loads[:count].copy()))
+
+    def records(self):
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0))
+        times, channels, loads = (np.concatenate(column) for column in zip(empty, *self.chunks, strict=False))
+        order = np.argsort(channels, kind="stable")
+        return times[order], channels[order], loads[order]
+
+
+def compiled(*case, time_limit_ns=0):
+    """The compiled loop's run and its records."""
+    log = RecordLog()
+    return simulate_flows(*case, log, time_limit_ns), log.records()
+
+
+def reference(*case, time_limit_ns=0):
+    """The reference loop's run and its records."""
+    log = RecordLog()
+    return reference_flows(*case, log, time_limit_ns), log.records()
+
+
+def assert_identical(run: tuple, want: tuple) -> None:
+    (got_run, got_records), (want_run, want_records) = run, want
     for field in dataclasses.fields(FlowRun):
-        got, want = getattr(run, field.name), getattr(reference, field.name)
-        if isinstance(want, np.ndarray):
-            assert got.dtype == want.dtype, field.name
-            assert np.array_equal(got, want), field.name  # floats compared exactly
+        got, expected = getattr(got_run, field.name), getattr(want_run, field.name)
+        if isinstance(expected, np.ndarray):
+            assert got.dtype == expected.dtype, field.name
+            assert np.array_equal(got, expected), field.name
         else:
-            assert got == want, field.name
+            assert got == expected, field.name
+    for got, expected, name in zip(got_records, want_records, ("time", "channel", "load"), strict=True):
+        assert np.array_equal(got, expected), name  # floats compared exactly
 
 
 def random_case(seed: int, caps: bool = False):
@@ -284,23 +312,21 @@ def tight(monkeypatch):
 @pytest.mark.parametrize("seed", range(60))
 def test_random_workloads_run_bit_identical_to_the_reference(seed, caps):
     case = random_case(seed, caps)
-    assert_identical(simulate_flows(*case), reference_flows(*case))
+    assert_identical(compiled(*case), reference(*case))
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_pausing_growing_and_handing_over_records_at_every_event_changes_nothing(seed, tight):
     case = random_case(1000 + seed, caps=seed % 2 == 1)
-    assert_identical(simulate_flows(*case), reference_flows(*case))
+    assert_identical(compiled(*case), reference(*case))
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_time_limit_stops_both_at_the_same_state(seed):
     case = random_case(2000 + seed, caps=seed % 3 == 0)
-    end = reference_flows(*case).end_ns
+    end = reference(*case)[0].end_ns
     for limit in (1, end // 3, end // 2 + 7, end - 1):
-        assert_identical(
-            simulate_flows(*case, time_limit_ns=limit), reference_flows(*case, time_limit_ns=limit)
-        )
+        assert_identical(compiled(*case, time_limit_ns=limit), reference(*case, time_limit_ns=limit))
 
 
 def test_a_flow_on_a_channel_of_zero_capacity_is_refused():
@@ -309,7 +335,7 @@ def test_a_flow_on_a_channel_of_zero_capacity_is_refused():
     flow_route[:] = 0
     workload.flow_size_bytes[:] = 1000
     with pytest.raises(FailedPrecondition, match="zero capacity"):
-        simulate_flows(workload, flow_route, routes, capacity)
+        compiled(workload, flow_route, routes, capacity)
 
 
 def test_many_flows_at_once_grow_the_slots():
@@ -338,7 +364,7 @@ def test_many_flows_at_once_grow_the_slots():
         True,
     )
     case = (workload, rng.integers(0, 200, flows).astype(np.int64), routes, np.full(40, 400.0 * G))
-    assert_identical(simulate_flows(*case), reference_flows(*case))
+    assert_identical(compiled(*case), reference(*case))
 
 
 def spec(jobs, mode, **extra):

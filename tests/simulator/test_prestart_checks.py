@@ -17,6 +17,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2, telemetry_pb2, telemetry_p
 
 from services.simulator import checks, series
 from services.simulator.flow import engine as flow_engine
+from services.simulator.flow import integrate
 from services.simulator.packet import arrays as engine  # the engine's array budget lives in arrays.py
 from services.simulator.packet import seam as packet_engine  # what its check_placed reads
 from services.simulator.runner import run_simulation
@@ -150,6 +151,7 @@ def _shortest(spec: dict) -> int:
 def test_a_flow_run_longer_than_its_series_can_hold_widens_the_interval_and_says_so(monkeypatch):
     monkeypatch.setattr(series, "MAX_SERIES_VALUES", 1_000)
     monkeypatch.setattr(flow_engine, "MAX_SERIES_VALUES", 1_000)
+    monkeypatch.setattr(integrate, "MAX_SERIES_VALUES", 1_000)
     interval = max(1, _shortest(_ring("FLOW", 0)) // 50)  # 15 senders x 51 intervals fit the check
     outcome = run_simulation(_ring("FLOW", interval), FABRIC)
     assert outcome.sample_interval_ns > interval

@@ -90,7 +90,8 @@ async def test_a_simulation_runs_to_success_and_reports_results_and_link_series(
     channels = len(done.result.links)
     first = await simulator.ListLinkSeries(S.ListLinkSeriesRequest(parent=started.name, page_size=10))
     assert len(first.series) == 10 and first.next_page_token
-    assert len(first.series[0].bytes) == len(first.series[0].utilisation) == 100
+    intervals = -(-done.result.makespan_ns // done.result.sample_interval_ns)
+    assert len(first.series[0].bytes) == len(first.series[0].utilisation) == intervals
     streamed = [s async for s in simulator.StreamLinkSeries(S.StreamLinkSeriesRequest(parent=started.name))]
     assert len(streamed) == channels
     assert sum(sum(s.bytes) for s in streamed) == sum(link.bytes for link in done.result.links)
@@ -247,6 +248,6 @@ async def test_series_are_written_to_telemetry_as_a_simulated_source(topology, t
         for series in queried.series:
             expected = links[series.port].bytes if series.port in links else 0
             assert sum(series.values) == expected
-            assert len(series.values) == 100
+            assert len(series.values) == -(-seen[-1].result.makespan_ns // seen[-1].result.sample_interval_ns)
             assert series.time_ns[1] - series.time_ns[0] == seen[-1].result.sample_interval_ns
     await cleanup()

@@ -14,24 +14,22 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
 from services.simulator.engine import PlacedRun, Progress, RunFabric
+from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.notes import flow_model_notes
 from services.simulator.ideal import job_ideals
 from services.simulator.paths import route_workload
 from services.simulator.results import SimulationOutcome, channel_totals
-from services.simulator.series import (
-    MAX_SERIES_VALUES,
-    channel_series,
-    default_sample_interval_ns,
-    refuse_sample_interval,
-)
+from services.simulator.series import MAX_SERIES_VALUES, first_interval_ns, refuse_sample_interval
 from services.simulator.spec import SimulationSpec, wire_overhead_bytes
 from services.simulator.workload import Workload, wire_bytes
 
 __all__ = ["FlowEngine"]
 
-_SERIES_CELL_BYTES = 16  # bytes and utilisation per channel and interval
-_SERIES_INTERVALS = 101  # the default interval: completion / 100
+# Per channel and interval: the integrator's edge (float64) and, at the end, the cumulative bytes,
+# their rounding, bytes, capacity and utilisation (series.series_from_edges), 8 bytes each.
+_SERIES_CELL_BYTES = 48
+_SERIES_INTERVALS = DEFAULT_INTERVALS + 1  # edges of a run whose interval the engine chooses
 
 
 class FlowEngine:
@@ -62,8 +60,9 @@ class FlowEngine:
         return 0
 
     def series_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, shortest_ns: int) -> int:
-        """Bytes and utilisation of every channel over the default 101 intervals, or more with a
-        finer `sample_interval_ns`, at most MAX_SERIES_VALUES cells."""
+        """The series of every channel over the intervals the engine chooses (DEFAULT_INTERVALS), or
+        more with a finer `sample_interval_ns`, at most MAX_SERIES_VALUES cells: the integrator keeps
+        them as the run goes, whatever its number of events (flow/integrate.py)."""
         bins = _SERIES_INTERVALS
         if spec.sample_interval_ns:
             bins = max(bins, -(-shortest_ns // spec.sample_interval_ns) + 1)
@@ -86,10 +85,21 @@ class FlowEngine:
         on_the_wire = dataclasses.replace(
             workload, flow_size_bytes=wire_bytes(workload.flow_size_bytes, spec.mtu_bytes, header)
         )
+        ideals = job_ideals(on_the_wire, routes.latency_ns[flow_route], snapshot)
+        if spec.sample_interval_ns:
+            loads = LoadIntegrator(spec.sample_interval_ns, fixed=True)
+        else:  # from the run's expected length; it doubles if the run outlasts DEFAULT_INTERVALS
+            expected_ns = max(ideals, default=0) + max((job.start_ns for job in spec.jobs), default=0)
+            loads = LoadIntegrator(first_interval_ns(expected_ns, DEFAULT_INTERVALS), fixed=False)
         run = simulate_flows(
-            on_the_wire, flow_route, routes, snapshot.channel_rate_bps(), run_time_limit_ns(spec), progress
+            on_the_wire,
+            flow_route,
+            routes,
+            snapshot.channel_rate_bps(),
+            loads,
+            run_time_limit_ns(spec),
+            progress,
         )
-        interval = spec.sample_interval_ns or default_sample_interval_ns(run.end_ns)
         route_count = len(routes.latency_ns)
         route_of_entry = np.repeat(np.arange(route_count), np.diff(routes.offsets))
         flows_per_route = np.bincount(flow_route, minlength=route_count)
@@ -106,17 +116,7 @@ class FlowEngine:
                 weights=routes.fractions * bytes_per_route[route_of_entry],
                 minlength=snapshot.num_channels,
             )
-        # The records come by channel, then time: in time order on each channel, as channel_series
-        # needs, and already in the order it sorts them into.
-        series = channel_series(
-            run.record_time_ns,
-            run.record_channel,
-            run.record_load_bps,
-            snapshot.channel_rate_bps(),
-            run.end_ns,
-            interval,
-            exact_bytes,
-        )
+        series = loads.series(run.end_ns, snapshot.channel_rate_bps(), exact_bytes)
         measured = EngineRun(
             routes=routes,
             flow_route=flow_route,
@@ -127,7 +127,7 @@ class FlowEngine:
             time_limited=run.time_limited,
             series=series,
             totals=channel_totals(snapshot, series, crossing, run.end_ns),
-            ideals=job_ideals(on_the_wire, routes.latency_ns[flow_route], snapshot),
+            ideals=ideals,
             notes=flow_model_notes(spec),
         )
         return assemble_outcome(spec, snapshot, workload, measured, started)

@@ -74,7 +74,6 @@ __all__ = [
     "TIME_LIMITED",
     "TRANSFERS_DONE",
     "ZERO_RATE",
-    "order_by_channel",
     "run_events",
 ]
 
@@ -1023,17 +1022,3 @@ def run_events(
     scalars[RECORDS] = record_count
     scalars[MARKED] = marked_count
     return status
-
-
-@_kernel
-def order_by_channel(times, compact, loads, channel_ids, fill, out_times, out_channels, out_loads):
-    """Scatter records (compact channel numbers) to their channel's next places in the outputs
-    (`fill`: each channel's next place), under the channel's id: a stable counting sort, called on
-    chunks in time order."""
-    for i in range(times.shape[0]):
-        c = compact[i]
-        p = fill[c]
-        out_times[p] = times[i]
-        out_channels[p] = channel_ids[c]
-        out_loads[p] = loads[i]
-        fill[c] = p + 1

@@ -15,8 +15,10 @@ for the next send on the same connection, once it has left the source; see workl
 The engine (engine.py) hands it wire bytes (payload plus a header per packet); it has no queues or
 losses.
 
-The output is raw (per-flow times and every change of a channel's load); engine.py and assemble.py
-turn it into per-job, per-channel and time-series results, the last step shared with the packet engine.
+The output is raw: per-flow times, and every change of a channel's load handed to a `LoadSink` as
+the loop goes (the engine's `integrate.LoadIntegrator` folds them into the series and keeps no
+record); engine.py and assemble.py turn them into per-job, per-channel and time-series results,
+the last step shared with the packet engine.
 
 The loop itself is compiled (loop.py), bit-identical to the NumPy loop it replaced (every event
 filling from scratch with `max_min_rates`, which stays here as its reference). This module sets up
@@ -29,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -38,7 +41,7 @@ from services.simulator.flow import loop
 from services.simulator.routes import FlowRoutes
 from services.simulator.workload import Workload
 
-__all__ = ["FlowRun", "max_min_rates", "simulate_flows"]
+__all__ = ["FlowRun", "LoadSink", "max_min_rates", "simulate_flows"]
 
 _SATURATION_TOLERANCE = 1e-9
 _PROGRESS_EVERY_S = 0.2
@@ -50,18 +53,26 @@ _RECORD_BUFFER = 1 << 20  # channel load records gathered before the loop hands 
 
 @dataclasses.dataclass
 class FlowRun:
-    """What the engine measured: per-flow times and the piecewise-constant load of every channel."""
+    """What the engine measured per flow; the channels' loads went to the run's `LoadSink`."""
 
     flow_start_ns: np.ndarray  # int64 [F], -1 if it never started
     flow_sent_ns: np.ndarray  # int64 [F], last byte left the source, -1 if not
     flow_finish_ns: np.ndarray  # int64 [F], last byte delivered, -1 if not
-    # Records by channel, then time.
-    record_time_ns: np.ndarray  # int64 [R], from this time on ...
-    record_channel: np.ndarray  # int32 [R], ... this channel ...
-    record_load_bps: np.ndarray  # float64 [R], ... carries this many bits per second
     end_ns: int  # last delivery, or the time limit
     events: int  # rate recomputations
     time_limited: bool
+
+
+class LoadSink(Protocol):
+    """Where the loop's channel load records go: `integrate.LoadIntegrator` (the series), or a
+    test's log of every record."""
+
+    def open(self, channel_ids: np.ndarray) -> None:
+        """The channel ids of the records' compact channel numbers, before any record."""
+
+    def fold(self, times: np.ndarray, compact: np.ndarray, loads: np.ndarray, count: int) -> None:
+        """Records 0..count-1 of these buffers (in time order): from `times[i]` on, channel
+        `compact[i]` carries `loads[i]` bit/s. The buffers are reused after the call."""
 
 
 def max_min_rates(
@@ -113,7 +124,7 @@ def max_min_rates(
 
 class _Engine:
     """The compiled loop's arrays (loop.py), and the Python side of driving it: progress and
-    cancelling between slices of events, more slots when short, collecting the records."""
+    cancelling between slices of events, more slots when short, handing the records over."""
 
     def __init__(
         self,
@@ -122,13 +133,16 @@ class _Engine:
         routes: FlowRoutes,
         channel_rate_bps: np.ndarray,
         progress: Callable[[float], bool] | None,
+        loads: LoadSink,
     ) -> None:
         self.progress = progress
+        self.loads = loads
         f, t = workload.flow_count, workload.transfer_count
         self.transfer_count = t
         # Channels any route uses, renumbered 0..U-1 so that per-channel arrays stay small.
         self.used_channels, compact = np.unique(routes.channels, return_inverse=True)
         u = len(self.used_channels)
+        loads.open(self.used_channels.astype(np.int32))
         route_offsets = np.asarray(routes.offsets, dtype=np.int64)
         self.routes = (
             route_offsets,
@@ -234,7 +248,6 @@ class _Engine:
             np.zeros(max(u, _RECORD_BUFFER), dtype=np.int32),
             np.zeros(max(u, _RECORD_BUFFER)),
         )
-        self.record_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def _grow_slots(self, size: int) -> None:
         """Room for `size` active flows, the active ones kept in their slots."""
@@ -261,7 +274,7 @@ class _Engine:
     def _take_records(self) -> None:
         count = int(self.scalars[loop.RECORDS])
         if count:
-            self.record_chunks.append(tuple(r[:count].copy() for r in self.records))  # type: ignore[arg-type]
+            self.loads.fold(*self.records, count)
             self.scalars[loop.RECORDS] = 0
 
     def run(self, time_limit_ns: int) -> FlowRun:
@@ -303,22 +316,9 @@ class _Engine:
         return self._result(int(self.scalars[loop.NOW]), status == loop.TIME_LIMITED)
 
     def _result(self, now: int, time_limited: bool) -> FlowRun:
-        # The records by channel, then time (a stable counting sort, chunk by chunk in time order).
-        channel_ids = self.used_channels.astype(np.int32)
-        counts = np.zeros(len(channel_ids), dtype=np.int64)
-        for _, compact, _ in self.record_chunks:
-            counts += np.bincount(compact, minlength=len(channel_ids))
-        fill = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        total = int(counts.sum())
-        times, channels, loads = np.empty(total, np.int64), np.empty(total, np.int32), np.empty(total)
-        while self.record_chunks:
-            chunk_times, compact, chunk_loads = self.record_chunks.pop(0)
-            loop.order_by_channel(
-                chunk_times, compact, chunk_loads, channel_ids, fill, times, channels, loads
-            )
         end = now if time_limited else int(self.finish.max(initial=0))
         events = int(self.scalars[loop.EVENTS])
-        return FlowRun(self.start, self.sent, self.finish, times, channels, loads, end, events, time_limited)
+        return FlowRun(self.start, self.sent, self.finish, end, events, time_limited)
 
 
 def simulate_flows(
@@ -326,13 +326,14 @@ def simulate_flows(
     flow_route: np.ndarray,
     routes: FlowRoutes,
     channel_rate_bps: np.ndarray,
+    loads: LoadSink,
     time_limit_ns: int = 0,
     progress: Callable[[float], bool] | None = None,
 ) -> FlowRun:
-    """Run the workload to completion (or `time_limit_ns`).
+    """Run the workload to completion (or `time_limit_ns`), handing every change of a channel's
+    load to `loads` as it goes.
 
     `flow_route[f]` is the row of `routes` that flow f follows. `progress(fraction)` is called
-    about every 0.2 s of wall time; returning False raises Cancelled. The load records come by
-    channel, then time (what `series.channel_series` sorts them into: it sorts fastest so).
+    about every 0.2 s of wall time; returning False raises Cancelled.
     """
-    return _Engine(workload, flow_route, routes, channel_rate_bps, progress).run(time_limit_ns)
+    return _Engine(workload, flow_route, routes, channel_rate_bps, progress, loads).run(time_limit_ns)

@@ -30,6 +30,7 @@ from services.simulator.packet.report import (
     run_result,
 )
 from services.simulator.routes import FlowRoutes
+from services.simulator.series import first_interval_ns
 from services.simulator.workload import Workload
 
 __all__ = ["MAX_BINS", "MAX_PACKETS_PER_FLOW", "MAX_SERIES_BYTES", "series_cell_bytes", "simulate_packets"]
@@ -55,9 +56,8 @@ def simulate_packets(
     if fixed:
         interval_ps = config.sample_interval_ns * 1000
     else:  # start fine; the interval doubles whenever the run outlasts MAX_BINS intervals
-        guess_ps = max(1, config.expected_end_ns) * 1000
         # A power of two of whole nanoseconds, so the interval reported in ns is the one used.
-        interval_ps = 1000 << max(0, int(np.ceil(np.log2(max(1.0, guess_ps / 1000 / (MAX_BINS / 2))))))
+        interval_ps = first_interval_ns(config.expected_end_ns, MAX_BINS) * 1000
     arrays = EngineArrays(snapshot, workload, routes, flow_route, config, interval_ps)
     check_cancelled(progress)
     loop_started = time.perf_counter()

@@ -617,9 +617,11 @@ class SimulationSpec(_message.Message):
     switch_latency_ns: _builtins.int
     """Switch forwarding latency, 0..1e9 ns."""
     sample_interval_ns: _builtins.int
-    """Interval of the per-link time series, 0..1e15 ns (0 = completion time / 100, at least 1 us). An
-    interval whose series cannot fit however the run goes is refused; a run that turns out longer
-    than its series can hold gets a wider interval, which the result's model_notes report.
+    """Interval of the per-link time series, 0..1e15 ns (0 = chosen by the engine: a power of two of
+    ns, from the run's ideal length, doubled while the run outlasts 128 intervals at FLOW fidelity,
+    512 at PACKET). An interval whose series cannot fit however the run goes is refused; a run that
+    turns out longer than its series can hold gets a wider interval, which the result's model_notes
+    report.
     """
     seed: _builtins.int
     """Seed of every random choice; a run is deterministic for a given seed."""
