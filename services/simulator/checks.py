@@ -7,10 +7,12 @@ pinned paths, SHARP trees), the engine's refusals once the jobs are placed and s
 flow, PFC thresholds against the buffer, LINK_DOWN faults), and last admission control
 (admission.py). It returns the sets of down links whose routings the run needs (the engine says).
 
-`check_routes`, once those routings are at hand, builds the workload and routes it as the engine
-will: a pair of hosts with no route (or routes that loop) is FailedPrecondition naming them, a
-route across a link of rate 0 FailedPrecondition naming the link, and then the engine's own
-refusals (`Engine.check`: PACKET routes every LINK_DOWN epoch).
+`check_routes`, once those routings are at hand, routes every distinct flow of the workload as the
+engine will (`workload.connection_workload`: one transfer per connection, since every step, chunk
+and iteration reuses the connections' QPs; the whole workload of a large ring would hold gigabytes
+in the service process): a pair of hosts with no route (or routes that loop) is FailedPrecondition
+naming them, a route across a link of rate 0 FailedPrecondition naming the link, and then the
+engine's own refusals (`Engine.check`: PACKET routes every LINK_DOWN epoch).
 
 The servicer runs both before StartSimulation returns, and `run_simulation` runs both for core
 callers; the worker runs neither again (runner.simulate): nothing a spec can fail is left for it.
@@ -31,7 +33,7 @@ from services.simulator.engines import engine_for
 from services.simulator.paths import route_workload
 from services.simulator.spec import SimulationSpec
 from services.simulator.validation import validate_spec
-from services.simulator.workload import Workload, build_workload, place_jobs
+from services.simulator.workload import connection_workload, place_jobs
 
 __all__ = ["Accepted", "check_routes", "check_simulation"]
 
@@ -83,12 +85,11 @@ def _check_fabric(snapshot: FabricSnapshot) -> None:
         raise FailedPrecondition(f"{snapshot.fabric}: link {snapshot.link_names[link]} has a negative rate")
 
 
-def check_routes(spec: SimulationSpec, fabric: RunFabric) -> Workload:
-    """The checks that need the workload and its routes (module doc); `spec` passed `check_simulation`.
-    Returns the workload it built (a core caller simulates it; the service's worker builds its own)."""
+def check_routes(spec: SimulationSpec, fabric: RunFabric) -> None:
+    """The checks that need the workload's routes (module doc); `spec` passed `check_simulation`."""
     snapshot = fabric.snapshot
     assert spec.load_balancing is not None
-    workload = build_workload(spec, snapshot)
+    workload = connection_workload(spec, snapshot)
     routes, _ = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
     crossed = np.unique(routes.channels)
     dead = crossed[snapshot.channel_rate_bps()[crossed] <= 0]
@@ -99,4 +100,3 @@ def check_routes(spec: SimulationSpec, fabric: RunFabric) -> Workload:
             "cross it; nothing could ever arrive"
         )
     engine_for(spec.fidelity).check(spec, fabric, workload)
-    return workload

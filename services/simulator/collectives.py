@@ -71,6 +71,7 @@ __all__ = [
     "pipeline_chunks",
     "repeat_iterations",
     "ring_steps",
+    "ring_transfers",
     "split_bytes",
 ]
 

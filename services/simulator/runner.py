@@ -51,7 +51,8 @@ def run_simulation(
     fabric = RunFabric(snapshot, what_if or {})
     started = time.perf_counter()
     check_simulation(spec, snapshot)
-    workload = check_routes(spec, fabric)
+    check_routes(spec, fabric)
+    workload = build_workload(spec, snapshot)
     checked = time.perf_counter() - started
     outcome = simulate(spec, fabric, progress, workload)
     outcome.phase_seconds = {"checks_and_workload": checked, **outcome.phase_seconds}
@@ -64,8 +65,8 @@ def simulate(
     progress: Progress | None = None,
     workload: Workload | None = None,
 ) -> SimulationOutcome:
-    """Run a spec that passed every check (checks.py) on the engine of its fidelity (`workload`: the
-    one the checks built, else built here)."""
+    """Run a spec that passed every check (checks.py) on the engine of its fidelity (`workload`: its
+    workload if the caller built it, else built here)."""
     if workload is None:
         workload = build_workload(spec, fabric.snapshot)
         check_cancelled(progress)

@@ -35,7 +35,14 @@ import dataclasses
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
-from services.simulator.collectives import JobTransfers, collective_transfers, pipeline_chunks, split_bytes
+from services.simulator.collectives import (
+    RING_COLLECTIVES,
+    JobTransfers,
+    collective_transfers,
+    pipeline_chunks,
+    ring_transfers,
+    split_bytes,
+)
 from services.simulator.ecmp_hash import murmur3_32
 from services.simulator.pinning import PathResolver
 from services.simulator.placement import HostDirectory, place_job
@@ -46,6 +53,7 @@ __all__ = [
     "JobPlan",
     "Workload",
     "build_workload",
+    "connection_workload",
     "gather_rows",
     "place_jobs",
     "split_bytes",
@@ -221,13 +229,30 @@ def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarra
 
 def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
     """Place every job's ranks and generate its transfers and flows (spec already validated)."""
+    return _build(spec, snapshot, connections=False)
+
+
+def connection_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
+    """Every distinct flow of `build_workload(spec, snapshot)` at least once (its job, ends, UDP
+    source port, destination QP and pinned path: all a route depends on), for checking routes
+    without generating the whole run: each job with one iteration and one chunk (both reuse the
+    connections' QPs), a ring with its first step only (its ranks' one connection each). Sizes,
+    times and dependencies are not the run's."""
+    return _build(spec, snapshot, connections=True)
+
+
+def _build(spec: SimulationSpec, snapshot: FabricSnapshot, connections: bool) -> Workload:
     directory = HostDirectory(snapshot)
     labels = job_labels(spec.jobs)
     plans: list[JobPlan] = []
     parts: list[JobTransfers] = []
     placed, paths = _place(spec, snapshot)
     for index, (job, hosts) in enumerate(zip(spec.jobs, placed, strict=True)):
-        if job.collective == Collective.POINT_TO_POINT:
+        if connections:
+            job = dataclasses.replace(job, iterations=1, chunks=1)
+        if connections and job.collective in RING_COLLECTIVES and job.algorithm == Algorithm.RING:
+            part, steps, size = ring_transfers(hosts, job, 1), 1, job.size_bytes
+        elif job.collective == Collective.POINT_TO_POINT:
             part = _point_to_point_part(directory, index, job, paths.get(index))
             size, steps = int(sum(f.size_bytes for f in job.flows)), 1
         elif job.algorithm == Algorithm.SHARP:
