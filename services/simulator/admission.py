@@ -9,13 +9,16 @@ worker that runs it. A spec whose estimate exceeds a limit is refused with Resou
 naming every estimate that does and its limit (`CostEstimate.admit`); `check_request_size` does
 the same for the flows a request lists before the request is even converted.
 
-The memory model was measured on this code (peak RSS of a worker over its base, `ru_maxrss`):
-FLOW fidelity about 1.1 KB per transfer (its transfer, dependency and event records) and 150 B per
-further QP flow; PACKET fidelity about 1 KB per QP flow (the engine's per-flow state) and 300 B
-per transfer; a POINT_TO_POINT flow listed in the spec about 600 B more (the spec's own objects,
-held by the service and the worker); plus the snapshot (twice: the service's and the worker's
-copy), the per-link series at their cap, and 200 MB for the worker itself. The constants below
-round those up.
+The memory model was measured on this code (peak RSS of a worker over its base, `ru_maxrss`;
+`tests/simulator/test_memory_estimate.py` holds it to within the run's own growth of the peak):
+FLOW fidelity about 290 B per transfer (workload, per-flow times, the ready heap; its series no
+longer grow with the events) and 110 B per further QP flow; PACKET fidelity about 330 B per QP flow
+(the engine's per-flow state) and 100-130 B per transfer (440-480 B a transfer of one flow: rings
+of 128 to 2,048 ranks, with Go-Back-N, PFC and DCQCN or without); a POINT_TO_POINT flow listed in
+the spec about 600 B more (the spec's own objects, held by the service and the worker); plus the
+snapshot (twice: the service's and the worker's copy), the per-link series at their cap, and 200 MB
+for the worker itself. The constants below round those up. (Until issue #15's memory work they were
+2.3-3.3x the peaks: 1.4 KB a PACKET transfer of one flow, 1.2 KB a FLOW one.)
 """
 
 from __future__ import annotations
@@ -47,10 +50,10 @@ __all__ = [
 _GIB = 1 << 30
 _NODE_KIND_SWITCH = 2
 _WORKER_BASE_BYTES = 200 << 20
-_FLOW_BYTES_PER_TRANSFER = 1_200
-_FLOW_BYTES_PER_QP_FLOW = 160
-_PACKET_BYTES_PER_TRANSFER = 320
-_PACKET_BYTES_PER_QP_FLOW = 1_100
+_FLOW_BYTES_PER_TRANSFER = 360
+_FLOW_BYTES_PER_QP_FLOW = 130
+_PACKET_BYTES_PER_TRANSFER = 180
+_PACKET_BYTES_PER_QP_FLOW = 420
 _SPEC_BYTES_PER_LISTED_FLOW = 640
 
 
@@ -59,7 +62,7 @@ class SimulationLimits:
     """What one simulation may cost; 0 turns a limit off. Defaults fit a 2-core, 24 GiB machine
     running one worker: a run within them takes at most minutes."""
 
-    max_flows: int = 5_000_000  # QP flows (FLOW: ~1.1 KB each; PACKET: ~1.4 KB)
+    max_flows: int = 5_000_000  # QP flows (a transfer of one: FLOW ~360 B, PACKET ~600 B)
     max_transfers: int = 5_000_000
     max_packets: int = 1_000_000_000  # PACKET fidelity: ~15 M events/s, 5 events a packet
     max_events: int = 20_000_000_000
