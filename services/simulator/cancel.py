@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["Cancelled", "check_cancelled"]
+__all__ = ["Cancelled", "check_cancelled", "setup_stage"]
 
 
 class Cancelled(Exception):
@@ -21,3 +21,13 @@ def check_cancelled(progress: Callable[[float], bool] | None) -> None:
     then stops by itself instead of being killed after the servicer's grace period."""
     if progress is not None and not progress(0.0):
         raise Cancelled()
+
+
+def setup_stage(progress: Callable[[float], bool] | None, stage: str) -> None:
+    """A setup phase begins: say which (to a progress callback with `report_stage`, as the
+    service's worker has: a watch shows it instead of "simulating" at 0%; "": the setup is over,
+    simulating), then `check_cancelled`."""
+    report_stage: Callable[[str], None] | None = getattr(progress, "report_stage", None)
+    if report_stage is not None:
+        report_stage(stage)
+    check_cancelled(progress)

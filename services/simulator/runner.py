@@ -15,7 +15,7 @@ from typing import Any
 
 from services.common.errors import FabricTwinError, InvalidArgument
 from services.common.snapshot import FabricSnapshot
-from services.simulator.cancel import Cancelled, check_cancelled
+from services.simulator.cancel import Cancelled, setup_stage
 from services.simulator.checks import check_routes, check_simulation
 from services.simulator.engine import Progress, RunFabric, WhatIfRoutings
 from services.simulator.engines import engine_for
@@ -68,8 +68,8 @@ def simulate(
     """Run a spec that passed every check (checks.py) on the engine of its fidelity (`workload`: its
     workload if the caller built it, else built here)."""
     if workload is None:
+        setup_stage(progress, "building the workload")
         workload = build_workload(spec, fabric.snapshot)
-        check_cancelled(progress)
     return engine_for(spec.fidelity).simulate(spec, fabric, workload, progress)
 
 

@@ -294,7 +294,7 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
 
     async def _show_progress(self, name: str, progress: WorkerProgress) -> None:
         fraction = await asyncio.to_thread(progress.fraction)
-        stage = await asyncio.to_thread(progress.stage) or "simulating"  # or compiling the engine
+        stage = await asyncio.to_thread(progress.stage) or "simulating"  # or a setup phase, or compiling
         record = self._registry.get(name)
         if fraction is None or record.state.terminal:
             return

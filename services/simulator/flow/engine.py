@@ -13,6 +13,7 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
+from services.simulator.cancel import setup_stage
 from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
@@ -75,6 +76,7 @@ class FlowEngine:
     def simulate(
         self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None
     ) -> SimulationOutcome:
+        setup_stage(progress, "routing")
         started = time.perf_counter()
         snapshot = fabric.snapshot
         assert spec.load_balancing is not None
@@ -91,6 +93,7 @@ class FlowEngine:
         else:  # from the run's expected length; it doubles if the run outlasts DEFAULT_INTERVALS
             expected_ns = max(ideals, default=0) + max((job.start_ns for job in spec.jobs), default=0)
             loads = LoadIntegrator(first_interval_ns(expected_ns, DEFAULT_INTERVALS), fixed=False)
+        setup_stage(progress, "")  # simulating
         run = simulate_flows(
             on_the_wire,
             flow_route,

@@ -66,8 +66,8 @@ def simulate_packets(
     # the progress callback can carry a stage (the service's WorkerProgress.report_stage).
     report_stage: Callable[[str], None] | None = getattr(progress, "report_stage", None)
     compiling = report_stage is not None and not engine_compiled()
-    if compiling and report_stage is not None:
-        report_stage(COMPILING_STAGE)
+    if report_stage is not None:  # the setup is over: simulating (or compiling first)
+        report_stage(COMPILING_STAGE if compiling else "")
     while True:
         code = run_events(*arrays.state())
         if compiling and report_stage is not None:

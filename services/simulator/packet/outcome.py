@@ -20,7 +20,7 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
-from services.simulator.cancel import check_cancelled
+from services.simulator.cancel import setup_stage
 from services.simulator.engine import RunFabric
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.ideal import job_ideals
@@ -160,6 +160,7 @@ def run_packet_simulation(
 ) -> SimulationOutcome:
     """Simulate `spec` packet by packet (spec already checked); `fabric.what_if` holds the routes of
     the link-down sets its LINK_DOWN faults need (`link_faults.down_sets`)."""
+    setup_stage(progress, "routing")
     started = time.perf_counter()
     snapshot, what_if = fabric.snapshot, fabric.what_if
     lb = spec.load_balancing
@@ -209,7 +210,7 @@ def run_packet_simulation(
         reroutes=epochs,
     )
     phases = {"routes": time.perf_counter() - started}
-    check_cancelled(progress)
+    setup_stage(progress, "setting up the engine")
     run = simulate_packets(workload, snapshot, routes, flow_route, config, progress, phases)
 
     # Ports that carried traffic, and ports that did not but have something to report: PAUSEs sent

@@ -200,7 +200,9 @@ class Progress(_message.Message):
     fraction: _builtins.float
     """Fraction done, 0..1."""
     stage: _builtins.str
-    """What the job is doing now ("fetching snapshot", "simulating", "storing series")."""
+    """What the job is doing now ("queued", "building the workload", "routing", "setting up the engine",
+    "simulating", "storing series", "done").
+    """
     def __init__(
         self,
         *,
