@@ -41,7 +41,7 @@ def _group(rt, fl, node, f):
     if row < 0:  # a host that is not the destination: hosts do not forward
         return -1, 0, 0
     key = row * rt.num_dest + fl.dst_slot[f]
-    return key, rt.g_off[key], rt.g_off[key + 1]
+    return key, rt.g_span[key, 0], rt.g_span[key, 1]
 
 
 @kernel

@@ -113,8 +113,8 @@ class Routing(NamedTuple):
     """Equal-cost next channels of (switch row, destination slot), and ECMP's per-flow paths."""
 
     node_row: np.ndarray  # switch row of each node (-1: a host)
-    g_off: np.ndarray  # CSR over (row * num_dest + slot)
-    g_ch: np.ndarray
+    g_span: np.ndarray  # int32 [row * num_dest + slot, 2]: its group g_ch[start:end]
+    g_ch: np.ndarray  # groups' channels; groups with the same members share them
     num_dest: int
     g_next: np.ndarray  # SPRAY's round-robin position of each group
     path_off: np.ndarray  # per flow: its ECMP path in path_ch
