@@ -155,6 +155,23 @@ def _qp_numbers(seed: int, job: int, connection: np.ndarray, qp: np.ndarray, rol
     return (hashes.astype(np.int64) % (2**24 - 2) + 2).astype(np.uint32)
 
 
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct non-negative int64 keys, sorted; each key's index among them): a table lookup
+    where the keys are dense (a ring's connections), else np.unique."""
+    if not len(key):
+        return key, np.zeros(0, dtype=np.int64)
+    largest = int(key.max())
+    if largest > 4 * len(key) + 1024:
+        keys, which = np.unique(key, return_inverse=True)
+        return keys, which.reshape(-1)
+    present = np.zeros(largest + 1, dtype=bool)
+    present[key] = True
+    keys = np.flatnonzero(present)
+    index = np.zeros(largest + 1, dtype=np.int64)
+    index[keys] = np.arange(len(keys))
+    return keys, index[key]
+
+
 def gather_rows(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows `rows` of a CSR (offsets, values), in that order, as a new CSR."""
     lengths = np.diff(offsets)[rows]
@@ -306,8 +323,12 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     destination_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     for j in range(len(parts)):
         mine = flow_job == j
-        source_qp[mine] = _qp_numbers(spec.seed, j, connection[flow_transfer[mine]], qp_index[mine], 0)
-        destination_qp[mine] = _qp_numbers(spec.seed, j, connection[flow_transfer[mine]], qp_index[mine], 1)
+        # Hash each (connection, QP) once, not each flow: every step of a ring reuses them.
+        qps_of_job = int(qp_index[mine].max(initial=0)) + 1
+        key = connection[flow_transfer[mine]] * qps_of_job + qp_index[mine]
+        keys, which = _distinct(key)
+        for role, out in ((0, source_qp), (1, destination_qp)):
+            out[mine] = _qp_numbers(spec.seed, j, keys // qps_of_job, keys % qps_of_job, role)[which]
     source_port = udp_source_port(source_qp)
     if any(p.source_port is not None for p in parts):  # a flow's own port replaces its QP's
         given = np.concatenate([_or_zeros(p.source_port, p) for p in parts])[flow_transfer]

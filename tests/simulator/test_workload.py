@@ -10,7 +10,7 @@ from services.common.errors import InvalidArgument
 from services.simulator.placement import HostDirectory
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
-from services.simulator.workload import build_workload
+from services.simulator.workload import _distinct, build_workload
 from tests.simulator.fabrics import leaf_spine
 
 
@@ -201,3 +201,11 @@ def test_unique_rows_matches_numpy_with_small_and_overflowing_key_spaces(small, 
         got, rank = unique_rows([table[:, i] for i in range(table.shape[1])])
         assert np.array_equal(got, expected)
         assert np.array_equal(rank, inverse.reshape(-1))
+
+
+@pytest.mark.parametrize("spread", [10, 10**9])  # dense keys (a table), sparse ones (np.unique)
+def test_distinct_keys_and_their_index_as_np_unique_gives_them(spread):
+    key = np.random.default_rng(spread).integers(0, spread, 5000).astype(np.int64)
+    keys, which = _distinct(key)
+    want_keys, want_which = np.unique(key, return_inverse=True)
+    assert np.array_equal(keys, want_keys) and np.array_equal(which, want_which.reshape(-1))
