@@ -98,6 +98,9 @@ class Workload:
     flow_size_bytes: np.ndarray  # int64 [F]
     flow_source_port: np.ndarray  # int32 [F], UDP source port
     flow_destination_qp: np.ndarray  # uint32 [F], destination QP number
+    # int32 [F], the flow's QP (its job, connection and QP index; the flows of a connection's QP
+    # across its transfers share it, as they share a DCQCN rate), numbered 0.. in job order.
+    flow_qp: np.ndarray
     # CSR over flows: the channels flow f is pinned to, pinned_channels[pinned_offsets[f] :
     # pinned_offsets[f + 1]], in order from its source; an empty row is routed by the mode. None: no
     # flow is pinned.
@@ -321,6 +324,8 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     flow_job = transfer_job[flow_transfer]
     source_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     destination_qp = np.empty(len(flow_transfer), dtype=np.uint32)
+    flow_qp = np.empty(len(flow_transfer), dtype=np.int32)
+    numbered = 0
     for j in range(len(parts)):
         mine = flow_job == j
         # Hash each (connection, QP) once, not each flow: every step of a ring reuses them.
@@ -329,6 +334,8 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         keys, which = _distinct(key)
         for role, out in ((0, source_qp), (1, destination_qp)):
             out[mine] = _qp_numbers(spec.seed, j, keys // qps_of_job, keys % qps_of_job, role)[which]
+        flow_qp[mine] = numbered + which
+        numbered += len(keys)
     source_port = udp_source_port(source_qp)
     if any(p.source_port is not None for p in parts):  # a flow's own port replaces its QP's
         given = np.concatenate([_or_zeros(p.source_port, p) for p in parts])[flow_transfer]
@@ -362,6 +369,7 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         flow_size_bytes=split_bytes(sizes[flow_transfer], flows_per_transfer[flow_transfer], qp_index),
         flow_source_port=source_port,
         flow_destination_qp=destination_qp,
+        flow_qp=flow_qp,
         pinned_offsets=pinned_offsets,
         pinned_channels=pinned_channels,
         flow_rate_bps=flow_rate,

@@ -292,6 +292,7 @@ def random_case(seed: int, caps: bool = False):
         flow_size_bytes=sizes.astype(np.int64),
         flow_source_port=np.zeros(flow_count, dtype=np.int32),
         flow_destination_qp=np.zeros(flow_count, dtype=np.uint32),
+        flow_qp=np.arange(flow_count, dtype=np.int32),
         flow_rate_bps=rate,
     )
     flow_route = rng.integers(0, route_count, flow_count).astype(np.int64)

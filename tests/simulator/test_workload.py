@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from services.common.errors import InvalidArgument
 from services.simulator.placement import HostDirectory
+from services.simulator.routes import unique_rows
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
 from services.simulator.workload import _distinct, build_workload
@@ -156,9 +157,21 @@ def test_ring_workloads_are_bit_identical_to_the_foundations():
     # endpoints) are empty here.
     optional = ("pinned_offsets", "pinned_channels", "flow_rate_bps")
     assert all(getattr(workload, name) is None for name in optional) and not workload.endpoint_names
+    # flow_qp came later: it numbers the flows' QPs, the flows of one (job, ends, UDP port,
+    # destination QP) sharing one: the same partition of the flows as those columns give.
+    qp_of = [
+        workload.flow_job,
+        workload.flow_source,
+        workload.flow_destination,
+        workload.flow_source_port,
+        workload.flow_destination_qp,
+    ]
+    by_columns = unique_rows(qp_of)[1]
+    pairs = np.unique(np.stack([workload.flow_qp, by_columns], axis=1), axis=0)
+    assert len(pairs) == len(np.unique(workload.flow_qp)) == len(np.unique(by_columns))
     digest = hashlib.sha256()
     for field in dataclasses.fields(workload):
-        if field.name not in ("jobs", "endpoint_names", *optional):
+        if field.name not in ("jobs", "endpoint_names", "flow_qp", *optional):
             array = np.ascontiguousarray(getattr(workload, field.name))
             digest.update(field.name.encode() + array.dtype.str.encode() + array.tobytes())
     assert digest.hexdigest() == "36e0d16832212e347bbc07bd7097698e0453590dc11b7858ae88b36514401557"

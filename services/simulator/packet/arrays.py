@@ -30,7 +30,7 @@ from services.simulator.packet.state import (
     Series,
     Transfers,
 )
-from services.simulator.routes import FlowRoutes, RouteWalker, pinned_path_rows, unique_rows
+from services.simulator.routes import FlowRoutes, RouteWalker, pinned_path_rows
 from services.simulator.spec import LoadBalancingSpec
 from services.simulator.workload import Workload
 
@@ -185,16 +185,8 @@ class EngineArrays:
         self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
         self.fi = np.zeros((flows, L.FI_SIZE), dtype=np.int64)
         self.fi[:, L.FI_REC_START] = -1
-        # DCQCN state per QP: the flows of one connection's QP (same job, ends, UDP port and
-        # destination QP) across its transfers share one rate.
-        qp_of = [
-            workload.flow_job,
-            workload.flow_source,
-            workload.flow_destination,
-            workload.flow_source_port,
-            workload.flow_destination_qp,
-        ]
-        self.f_qp = unique_rows(qp_of)[1].astype(np.int32) if flows else np.zeros(0, dtype=np.int32)
+        # DCQCN state per QP: the flows of one connection's QP across its transfers share one rate.
+        self.f_qp = workload.flow_qp.astype(np.int32)
         qps = int(self.f_qp.max(initial=-1)) + 1
         self.qi = np.zeros((qps, L.QI_SIZE), dtype=np.int64)
         self.qi[:, L.QI_LAST_CNP] = np.iinfo(np.int64).min // 2
