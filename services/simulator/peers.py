@@ -18,7 +18,7 @@ Peers' errors become domain errors naming what the caller sent (`spec.fabric`).
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 import numpy as np
@@ -116,7 +116,7 @@ class SnapshotSource:
 
 
 def _batches(
-    source: str, series: ChannelSeries, names: list[str]
+    source: str, series: ChannelSeries, names: list[str], on_progress: Callable[[float], object] | None = None
 ) -> AsyncIterator[telemetry_pb2.IngestSamplesRequest]:
     bins = series.bytes.shape[1]
     per_batch = max(1, ROWS_PER_BATCH // max(1, bins))
@@ -156,6 +156,8 @@ def _batches(
                     ],
                 )
             )
+            if on_progress is not None:  # the batch was taken: the stream wants the next
+                on_progress(last / len(names))
 
     return generate()
 
@@ -166,15 +168,17 @@ async def export_series(
     series: ChannelSeries,
     names: list[str],
     auth_token: PeerAuth | str = "",
+    on_progress: Callable[[float], object] | None = None,
 ) -> int:
     """Ingest the series into `sources/{source_id}` (made ready by `prepare_telemetry_source` when the
-    simulation was accepted); returns rows stored."""
+    simulation was accepted); returns rows stored. `on_progress(fraction)`: after each batch sent,
+    the fraction of the channels sent so far."""
     metadata = auth_metadata(auth_token)
     async with peer_channel(address, auth_token) as channel:
         stub = telemetry_pb2_grpc.TelemetryServiceStub(channel)
         try:
             reply = await stub.IngestSamples(
-                _batches(f"sources/{source_id}", series, names), metadata=metadata
+                _batches(f"sources/{source_id}", series, names, on_progress), metadata=metadata
             )
         except grpc.aio.AioRpcError as exc:
             raise domain_error(exc, f"telemetry ({address})", "spec.telemetry_source") from exc

@@ -239,6 +239,7 @@ class SimulationServicer(simulation_pb2_grpc.SimulationServiceServicer):
                     outcome.series.over_all_channels(snapshot.num_channels),
                     [snapshot.channel_name(c) for c in range(snapshot.num_channels)],
                     self._auth_token,
+                    on_progress=lambda done: self._registry.update(name, fraction=0.95 + 0.04 * done),
                 )
             self._registry.update(
                 name, state=SimulationState.SUCCEEDED, stage="done", fraction=1.0, outcome=outcome
