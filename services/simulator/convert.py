@@ -14,12 +14,10 @@ from services.common.errors import InvalidArgument, status_code_number
 from services.simulator import spec as domain
 from services.simulator.faults import FaultKind, FaultSpec, RerouteModel
 from services.simulator.registry import SimulationRecord
-from services.simulator.results import SimulationOutcome
+from services.simulator.results import FLOW_RESULTS_LIMIT, SimulationOutcome
 from services.simulator.series import ChannelSeries
 
-__all__ = ["FLOW_RESULTS_LIMIT", "record_to_proto", "series_to_protos", "spec_from_proto"]
-
-FLOW_RESULTS_LIMIT = 10_000
+__all__ = ["FLOW_RESULTS_LIMIT", "record_to_proto", "result_to_proto", "series_to_protos", "spec_from_proto"]
 
 
 def _enum(kind: type, proto_enum: Any, value: int, prefix: str, field: str, default: Any = None) -> Any:
@@ -242,10 +240,9 @@ def result_to_proto(outcome: SimulationOutcome, with_flows: bool) -> simulation_
     channels = outcome.channels
     skew = outcome.uplink_skew
     notes = list(outcome.model_notes)
-    if with_flows and len(outcome.flows.job) > FLOW_RESULTS_LIMIT:
-        notes.append(
-            f"Per-flow results truncated to the first {FLOW_RESULTS_LIMIT} of {len(outcome.flows.job)} flows."
-        )
+    shown = min(FLOW_RESULTS_LIMIT, len(outcome.flows.job))
+    if with_flows and outcome.flows.count > shown:
+        notes.append(f"Per-flow results truncated to the first {shown} of {outcome.flows.count} flows.")
     return simulation_pb2.SimulationResult(
         jobs=[
             simulation_pb2.JobResult(

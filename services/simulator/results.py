@@ -23,9 +23,10 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.series import ChannelSeries
 from services.simulator.spec import Collective
-from services.simulator.workload import JobPlan, Workload
+from services.simulator.workload import JobPlan, Workload, gather_rows
 
 __all__ = [
+    "FLOW_RESULTS_LIMIT",
     "ChannelTotals",
     "FlowOutcomes",
     "JobOutcome",
@@ -109,6 +110,39 @@ class FlowOutcomes:
     host_names: list[str]
     # PACKET fidelity: per-flow counters by their FlowResult field name (retransmitted_packets, ...).
     counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    count: int = -1  # flows of the run (these are its first ones when fewer); -1: as many as these
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            self.count = len(self.job)
+
+    def first(self, limit: int) -> FlowOutcomes:
+        """The first `limit` flows (each with its route's links), still counting all of them."""
+        if len(self.job) <= limit:
+            return self
+        kept = slice(0, limit)
+        routes, route = np.unique(self.route[kept], return_inverse=True)
+        path_offsets, path_links = gather_rows(self.path_offsets, self.path_links, routes)
+        return FlowOutcomes(
+            job=self.job[kept].copy(),
+            source=self.source[kept].copy(),
+            destination=self.destination[kept].copy(),
+            size_bytes=self.size_bytes[kept].copy(),
+            start_ns=self.start_ns[kept].copy(),
+            finish_ns=self.finish_ns[kept].copy(),
+            udp_source_port=self.udp_source_port[kept].copy(),
+            route=route.reshape(-1).astype(np.int64),
+            path_offsets=path_offsets,
+            path_links=path_links.astype(np.int32),
+            host_names=self.host_names,
+            counters={name: values[kept].copy() for name, values in self.counters.items()},
+            count=self.count,
+        )
+
+
+# The per-flow results a simulation's result carries at most (GetSimulation): a worker sends back
+# only these (and the count of all), not every flow of a large run.
+FLOW_RESULTS_LIMIT = 10_000
 
 
 @dataclasses.dataclass
