@@ -164,21 +164,26 @@ def ring_transfers(hosts: np.ndarray, job: JobSpec, steps: int) -> JobTransfers:
     segment = (rank - step % steps) % n
     segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[segment]
     sizes = split_bytes(segment_bytes, chunks, chunk)
-    # A connection sends in order: transfer t waits for the previous one of the same rank.
-    in_order = np.where(chunk > 0, t - 1, ((step - 1) * n + rank) * chunks + chunks - 1)
-    has_previous = (step > 0) | (chunk > 0)
-    order_edges = np.stack([in_order[has_previous], t[has_previous], 0 * t[has_previous]], axis=1)
-    # ... and for chunk k of step s-1 to have arrived from rank i-1.
-    later = step > 0
-    received = ((step - 1) * n + (rank - 1) % n) * chunks + chunk
-    receipt_edges = np.stack([received[later], t[later], 1 + 0 * t[later]], axis=1)
+    # Each transfer's dependents, by prerequisite (the order workload.py files them in: no sort):
+    # the next transfer of its connection (a connection sends in order; it only has to have left),
+    # then chunk k of the next step on rank i+1, which forwards what it received (arrival).
+    last_step = step == total_steps - 1
+    dependents = np.full((len(t), 2), -1, dtype=np.int64)
+    next_step_first = np.where(~last_step, ((step + 1) * n + rank) * chunks, -1)
+    dependents[:, 0] = np.where(chunk < chunks - 1, t + 1, next_step_first)
+    dependents[:, 1] = np.where(~last_step, ((step + 1) * n + (rank + 1) % n) * chunks + chunk, -1)
+    kept = dependents.ravel() >= 0
+    edges = np.empty((int(kept.sum()), 3), dtype=np.int64)
+    edges[:, 0] = np.repeat(t, 2)[kept]
+    edges[:, 1] = dependents.ravel()[kept]
+    edges[:, 2] = np.tile(np.array([0, 1]), len(t))[kept]
     return JobTransfers(
         sizes=sizes,
         source=hosts[rank],
         destination=hosts[(rank + 1) % n],
         connection=rank,
         release_ns=np.full(len(t), job.start_ns, dtype=np.int64),
-        edges=np.concatenate([order_edges, receipt_edges]),
+        edges=edges,
     )
 
 
