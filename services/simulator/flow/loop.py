@@ -108,7 +108,7 @@ STAMP = 7  # fillings so far: per-filling marks compare against it
 FREE = 8  # free slots, on the free stack
 MARKED = 9  # channels whose entries changed since the last filling (the marked list)
 GROUPS = 10  # groups with channels
-RENEW = 11  # flows started since the last filling (listed first in slots[11])
+RENEW = 11  # flows started since the last filling (listed first in slots.listing)
 FIRST_STARTED = 12  # the active flows in start order: the first (-1: none) ...
 LAST_STARTED = 13  # ... and the last slot of that list
 ENTRIES = 14  # channel entries of the active flows
@@ -195,55 +195,30 @@ def _complete(flow, now, workload, state, heap_size):
 
 # --- channels' entry lists and groups -----------------------------------------------------------
 #
-# The tuples of arrays model.py hands over, by index:
-#
-# channel, per channel (U): 0 entries, 1 first and 2 last node of its entry list, 3 load last
-# recorded, 4 group (-1: none), 5 next and 6 previous channel of that group, 7 demand, 8 marked?,
-# 9 the marked list, 10 unfrozen entries and 11 the filling they count for, 12 the filling in which
-# it left its group and 13 its own group then, 14 dirty?, 15 the dirty list, 16 channels whose load
-# changed, 17 entries when it was marked, 18 1 if every entry's fraction is 1, 19 a sum in the
-# making.
-#
-# groups, per group id (G = U + 1): 0 capacity, 1 demand, 2 channels, 3 first channel, 4 position in
-# the group list, 5 the group list, 6 free ids, 7 hash table of (capacity, demand) (-1: empty).
-#
-# work, per group id in a filling (G + U; ids from G on: channels that left their group): 0
-# capacity left, 1 demand, 2 share, 3 channels with unfrozen flows, 4 a channel alone?, 5 its
-# channel, 6 the groups with unfrozen flows.
-#
-# slots, per slot (S) or, where marked (p), per position in the active list: 0 flow, 1 route, 2
-# remaining bytes (p), 3 rate, 4 cap (p), 5 end in ns (p), 6 the filling that froze it (p), 7 the
-# rate it froze at (p), 8 position, 9 the active list (slot by position), 10 free slots, 11 flows
-# frozen in a step (before a filling: flows whose shared channels are to be counted), 12 flows
-# ending, 13 the group of its channels that carry no other flow (-1: none, -2: several groups), 14
-# how many, 15 how many channels it shares, 16 the filling those counts are for, 17 rate (p), 18 1
-# if it crosses a channel (p), 19 next and 20 previous active flow in start order. The loops over
-# every active flow read the (p) arrays in order.
-#
-# nodes, per slot * longest route + entry: 0 next and 1 previous node of its channel's list, 2 the
-# channels the flow shares with others.
+# The groups of arrays model.py hands over are named tuples (state.py names and describes each
+# array): `channel` (Channels), `groups` (Groups), `work` (Work), `slots` (Slots), `nodes` (Nodes).
 
 
 @_inline
 def _mark(c, channel, marked_count):
     """Put channel c on the marked list (its demand or load is to be summed again), before its
     entries change."""
-    marked_flag, marked = channel[8], channel[9]
+    marked_flag, marked = channel.marked_flag, channel.marked
     if not marked_flag[c]:
         marked_flag[c] = True
         marked[marked_count] = c
         marked_count += 1
-        channel[17][c] = channel[0][c]
+        channel.marked_count[c] = channel.entries[c]
     return marked_count
 
 
 @_kernel
 def _join(slot, routes, slots, nodes, channel, marked_count, longest):
     """Append the entries of the flow in `slot` to their channels' lists."""
-    route_offsets, route_channel = routes[0], routes[1]
-    node_next, node_prev = nodes[0], nodes[1]
-    count, head, tail = channel[0], channel[1], channel[2]
-    route = slots[1][slot]
+    route_offsets, route_channel = routes.offsets, routes.channel
+    node_next, node_prev = nodes.next, nodes.previous
+    count, head, tail = channel.entries, channel.head, channel.tail
+    route = slots.route[slot]
     for k in range(route_offsets[route + 1] - route_offsets[route]):
         c = route_channel[route_offsets[route] + k]
         marked_count = _mark(c, channel, marked_count)
@@ -262,10 +237,10 @@ def _join(slot, routes, slots, nodes, channel, marked_count, longest):
 @_kernel
 def _leave(slot, routes, slots, nodes, channel, marked_count, longest):
     """Take the entries of the flow in `slot` out of their channels' lists."""
-    route_offsets, route_channel = routes[0], routes[1]
-    node_next, node_prev = nodes[0], nodes[1]
-    count, head, tail = channel[0], channel[1], channel[2]
-    route = slots[1][slot]
+    route_offsets, route_channel = routes.offsets, routes.channel
+    node_next, node_prev = nodes.next, nodes.previous
+    count, head, tail = channel.entries, channel.head, channel.tail
+    route = slots.route[slot]
     for k in range(route_offsets[route + 1] - route_offsets[route]):
         c = route_channel[route_offsets[route] + k]
         marked_count = _mark(c, channel, marked_count)
@@ -286,7 +261,7 @@ def _leave(slot, routes, slots, nodes, channel, marked_count, longest):
 def _fraction(node, routes, slot_route, longest):
     """The fraction of the entry behind a channel list node."""
     slot = node // longest
-    return routes[2][routes[0][slot_route[slot]] + node - slot * longest]
+    return routes.fraction[routes.offsets[slot_route[slot]] + node - slot * longest]
 
 
 @_inline
@@ -304,7 +279,7 @@ def _group_leave(c, channel, groups, listed_count):
     """Take channel c out of its group; a group left without channels is deleted (out of the hash
     table by backward-shift deletion, out of the group list, its id freed). Returns the number of
     groups."""
-    group_of, group_next, group_prev = channel[4], channel[5], channel[6]
+    group_of, group_next, group_prev = channel.group, channel.group_next, channel.group_prev
     (group_capacity, group_demand, group_size, group_head, group_position, listed, free, table) = groups
     g = group_of[c]
     group_of[c] = -1
@@ -344,7 +319,7 @@ def _group_leave(c, channel, groups, listed_count):
 def _group_join(c, capacity, demand, channel, groups, listed_count):
     """Put channel c into the group of (capacity, demand), made if there is none. Returns the
     number of groups."""
-    group_of, group_next, group_prev = channel[4], channel[5], channel[6]
+    group_of, group_next, group_prev = channel.group, channel.group_next, channel.group_prev
     (group_capacity, group_demand, group_size, group_head, group_position, listed, free, table) = groups
     mask = table.shape[0] - 1
     i = _group_hash(capacity, demand, mask)
@@ -378,7 +353,7 @@ def _group_join(c, capacity, demand, channel, groups, listed_count):
 def _dense(marked_count, channel, entries):
     """Whether summing over the marked channels' lists would visit more than half of all active
     entries: then one pass over every entry, in start order, is the cheaper way to the same sums."""
-    count, marked = channel[0], channel[9]
+    count, marked = channel.entries, channel.marked
     visits = 0
     for i in range(marked_count):
         visits += count[marked[i]]
@@ -389,10 +364,10 @@ def _dense(marked_count, channel, entries):
 def _sum_marked_in_start_order(first, routes, slots, channel, marked_count, weighted):
     """Each marked channel's sum over its entries in start order, as its list would give it, from
     one pass over the active flows in start order: of fractions (and whether all are 1), or, if
-    `weighted`, of fraction * rate. Into channel[19] (and channel[18])."""
-    route_offsets, route_channel, route_fraction = routes[0], routes[1], routes[2]
-    slot_route, slot_rate, next_started = slots[1], slots[3], slots[19]
-    marked_flag, marked, ones, total = channel[8], channel[9], channel[18], channel[19]
+    `weighted`, of fraction * rate. Into channel.total (and channel.ones)."""
+    route_offsets, route_channel, route_fraction = routes.offsets, routes.channel, routes.fraction
+    slot_route, slot_rate, next_started = slots.route, slots.rate, slots.next_started
+    marked_flag, marked, ones, total = channel.marked_flag, channel.marked, channel.ones, channel.total
     for i in range(marked_count):
         total[marked[i]] = 0.0
         if not weighted:
@@ -428,19 +403,25 @@ def _regroup(
 ):
     """Sum again the demand of every marked channel (over its entries, in start order) and move
     the channel to the group of its capacity and new demand; then count again, for every flow that
-    started (listed first in slots[11]) or whose channels began or ceased to carry other flows, which
+    started (listed first in slots.listing) or whose channels began or ceased to carry other flows, which
     of its channels it shares. Returns the number of groups."""
-    capacity = routes[3]
-    slot_route = slots[1]
-    node_next = nodes[0]
-    count, head, group_of, demand, marked = channel[0], channel[1], channel[4], channel[7], channel[9]
+    capacity = routes.capacity
+    slot_route = slots.route
+    node_next = nodes.next
+    count, head, group_of, demand, marked = (
+        channel.entries,
+        channel.head,
+        channel.group,
+        channel.demand,
+        channel.marked,
+    )
     dense = _dense(marked_count, channel, entries)
     if dense:
         _sum_marked_in_start_order(first, routes, slots, channel, marked_count, False)
     for i in range(marked_count):
         c = marked[i]
         if dense:
-            total = channel[19][c]
+            total = channel.total[c]
         else:
             total = 0.0
             ones = 1
@@ -451,7 +432,7 @@ def _regroup(
                 if fraction != 1.0:
                     ones = 0
                 node = node_next[node]
-            channel[18][c] = ones
+            channel.ones[c] = ones
         if group_of[c] >= 0:
             if count[c] > 0 and total == demand[c]:
                 continue
@@ -459,10 +440,10 @@ def _regroup(
         demand[c] = total
         if count[c] > 0:
             listed_count = _group_join(c, capacity[c], total, channel, groups, listed_count)
-    renew, renewed = slots[11], slots[16]
+    renew, renewed = slots.listing, slots.counted_at
     for i in range(marked_count):
         c = marked[i]
-        if count[c] == 1 or channel[17][c] == 1:
+        if count[c] == 1 or channel.marked_count[c] == 1:
             node = head[c]
             while node >= 0:
                 s = node // longest
@@ -471,8 +452,13 @@ def _regroup(
                     renew[renew_count] = s
                     renew_count += 1
                 node = node_next[node]
-    route_offsets, route_channel = routes[0], routes[1]
-    single_group, single_count, shared_count, shared = slots[13], slots[14], slots[15], nodes[2]
+    route_offsets, route_channel = routes.offsets, routes.channel
+    single_group, single_count, shared_count, shared = (
+        slots.single_group,
+        slots.single_count,
+        slots.shared_count,
+        nodes.shared,
+    )
     for i in range(renew_count):
         s = renew[i]
         single_group[s] = -1
@@ -499,43 +485,48 @@ def _regroup(
 @_inline
 def _live_entries(c, stamp, channel):
     """Entries of channel c on unfrozen flows (its entry count until this filling changed it)."""
-    live, live_stamp = channel[10], channel[11]
+    live, live_stamp = channel.live, channel.live_stamp
     if live_stamp[c] != stamp:
         live_stamp[c] = stamp
-        live[c] = channel[0][c]
+        live[c] = channel.entries[c]
     return live[c]
 
 
 @_inline
 def _group_now(c, stamp, channel):
     """Channel c's group in this filling: its own if it left its group, else its group."""
-    return channel[13][c] if channel[12][c] == stamp else channel[4][c]
+    return channel.own_group[c] if channel.departed[c] == stamp else channel.group[c]
 
 
 @_kernel
 def _fill(active, listed_count, routes, slots, nodes, channel, groups, work, has_caps, stamp, longest):
-    """Max-min fair rates of the active flows into slots[7] (by position), step for step as
-    model.max_min_rates; slots[6] is `stamp` for every flow that got one (the others, flows crossing
+    """Max-min fair rates of the active flows into slots.frozen_rate (by position), step for step as
+    model.max_min_rates; slots.frozen_at is `stamp` for every flow that got one (the others, flows crossing
     no channel and under no cap, keep rate 0)."""
-    route_offsets, route_channel = routes[0], routes[1]
-    slot_route, cap, frozen_at, rate = slots[1], slots[4], slots[6], slots[7]
-    position, active_list, frozen_list, crosses = slots[8], slots[9], slots[11], slots[18]
-    single_group, single_count, shared_count, shared = slots[13], slots[14], slots[15], nodes[2]
-    node_next = nodes[0]
-    count, head, group_next = channel[0], channel[1], channel[5]
+    route_offsets, route_channel = routes.offsets, routes.channel
+    slot_route, cap, frozen_at, rate = slots.route, slots.cap, slots.frozen_at, slots.frozen_rate
+    position, active_list, frozen_list, crosses = slots.position, slots.active, slots.listing, slots.crosses
+    single_group, single_count, shared_count, shared = (
+        slots.single_group,
+        slots.single_count,
+        slots.shared_count,
+        nodes.shared,
+    )
+    node_next = nodes.next
+    count, head, group_next = channel.entries, channel.head, channel.group_next
     live, departed, own_group, dirty_flag, dirty = (
-        channel[10],
-        channel[12],
-        channel[13],
-        channel[14],
-        channel[15],
+        channel.live,
+        channel.departed,
+        channel.own_group,
+        channel.dirty_flag,
+        channel.dirty,
     )
     group_capacity, group_demand, group_size, group_head, listed = (
-        groups[0],
-        groups[1],
-        groups[2],
-        groups[3],
-        groups[5],
+        groups.capacity,
+        groups.demand,
+        groups.size,
+        groups.head,
+        groups.listed,
     )
     left, demand, share, members, alone, member, live_groups = work
     unfrozen = 0
@@ -636,7 +627,7 @@ def _fill(active, listed_count, routes, slots, nodes, channel, groups, work, has
             elif single_group[s] == -2:
                 for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
                     if count[route_channel[e]] == 1:
-                        members[channel[4][route_channel[e]]] -= 1
+                        members[channel.group[route_channel[e]]] -= 1
             for j in range(s * longest, s * longest + shared_count[s]):
                 c = shared[j]
                 live[c] = _live_entries(c, stamp, channel) - 1
@@ -652,7 +643,7 @@ def _fill(active, listed_count, routes, slots, nodes, channel, groups, work, has
             if live[c] == 0:
                 members[g] -= 1
                 continue
-            if channel[18][c]:  # a sum of ones, in any order
+            if channel.ones[c]:  # a sum of ones, in any order
                 total = float(live[c])
             else:
                 total = 0.0
@@ -727,18 +718,24 @@ def _record_loads(
     """Take the new rates; sum again the load of every marked channel and of every channel of a
     flow whose rate changed (over its entries, in start order, fraction * rate); record (now,
     channel, load) for each whose load changed, by channel. Returns the record count."""
-    route_offsets, route_channel = routes[0], routes[1]
+    route_offsets, route_channel = routes.offsets, routes.channel
     slot_route, slot_rate, rate, active_list, position_rate = (
-        slots[1],
-        slots[3],
-        slots[7],
-        slots[9],
-        slots[17],
+        slots.route,
+        slots.rate,
+        slots.frozen_rate,
+        slots.active,
+        slots.position_rate,
     )
-    node_next = nodes[0]
-    head, load, marked_flag, marked, changed = channel[1], channel[3], channel[8], channel[9], channel[16]
+    node_next = nodes.next
+    head, load, marked_flag, marked, changed = (
+        channel.head,
+        channel.load,
+        channel.marked_flag,
+        channel.marked,
+        channel.changed,
+    )
     record_time, record_channel, record_load = records
-    count, retimed = channel[0], slots[11]
+    count, retimed = channel.entries, slots.listing
     retimed_count = 0
     retimed_entries = 0
     for i in range(active):
@@ -766,7 +763,7 @@ def _record_loads(
         c = marked[i]
         marked_flag[c] = False
         if dense:
-            total = channel[19][c]
+            total = channel.total[c]
         else:
             total = 0.0
             node = head[c]
@@ -778,7 +775,7 @@ def _record_loads(
             changed[changes] = c
             changes += 1
     if 8 * changes > load.shape[0]:  # many: in channel order by a pass over every channel's flag
-        flag = channel[14]  # (the filling's dirty flags, all clear outside it)
+        flag = channel.dirty_flag  # (the filling's dirty flags, all clear outside it)
         for i in range(changes):
             flag[changed[i]] = True
         changes = 0
@@ -802,7 +799,7 @@ def _record_loads(
 
 @_inline
 def _append_started(s, slots, scalars):
-    next_started, previous_started = slots[19], slots[20]
+    next_started, previous_started = slots.next_started, slots.previous_started
     next_started[s] = -1
     previous_started[s] = scalars[LAST_STARTED]
     if scalars[LAST_STARTED] >= 0:
@@ -814,7 +811,7 @@ def _append_started(s, slots, scalars):
 
 @_inline
 def _unlink_started(s, slots, scalars):
-    next_started, previous_started = slots[19], slots[20]
+    next_started, previous_started = slots.next_started, slots.previous_started
     if previous_started[s] >= 0:
         next_started[previous_started[s]] = next_started[s]
     else:
@@ -843,24 +840,30 @@ def run_events(
 ):
     """Run events from the saved state (see the module docstring); returns a status."""
     transfer_flow_offsets, flow_size, flow_route, flow_cap = (
-        workload[0],
-        workload[4],
-        workload[7],
-        workload[8],
+        workload.transfer_flow_offsets,
+        workload.flow_size,
+        workload.flow_route,
+        workload.flow_cap,
     )
-    start, heap_time, heap_transfer, batch_time, batch = state[0], state[8], state[9], state[10], state[11]
+    start, heap_time, heap_transfer, batch_time, batch = (
+        state.start,
+        state.heap_time,
+        state.heap_transfer,
+        state.batch_time,
+        state.batch,
+    )
     slot_flow, slot_route, slot_remaining, slot_rate, slot_cap = (
-        slots[0],
-        slots[1],
-        slots[2],
-        slots[3],
-        slots[4],
+        slots.flow,
+        slots.route,
+        slots.remaining,
+        slots.rate,
+        slots.cap,
     )
-    slot_end, position_rate, crosses = slots[5], slots[17], slots[18]
-    route_offsets = routes[0]
-    slot_position, active_list, free_slots, ending = slots[8], slots[9], slots[10], slots[12]
-    channels = routes[3].shape[0]
-    longest = nodes[0].shape[0] // slot_flow.shape[0]
+    slot_end, position_rate, crosses = slots.end, slots.position_rate, slots.crosses
+    route_offsets = routes.offsets
+    slot_position, active_list, free_slots, ending = slots.position, slots.active, slots.free, slots.ending
+    channels = routes.capacity.shape[0]
+    longest = nodes.next.shape[0] // slot_flow.shape[0]
     now = scalars[NOW]
     heap_size = scalars[HEAP_SIZE]
     active = scalars[ACTIVE]
@@ -869,7 +872,7 @@ def run_events(
     marked_count = scalars[MARKED]
     status = PAUSED
     for _ in range(max_events):
-        if record_count + channels > records[0].shape[0]:
+        if record_count + channels > records.time.shape[0]:
             status = RECORDS_FULL
             break
         # Start every transfer ready by now, a batch at a time (those that an empty flow of a batch
@@ -920,8 +923,8 @@ def run_events(
                         marked_count = _join(s, routes, slots, nodes, channel, marked_count, longest)
                         _append_started(s, slots, scalars)
                         scalars[ENTRIES] += route_offsets[flow_route[f] + 1] - route_offsets[flow_route[f]]
-                        slots[16][s] = scalars[STAMP] + 1
-                        slots[11][scalars[RENEW]] = s
+                        slots.counted_at[s] = scalars[STAMP] + 1
+                        slots.listing[scalars[RENEW]] = s
                         scalars[RENEW] += 1
         if status == SLOTS_FULL:
             break

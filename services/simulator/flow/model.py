@@ -38,6 +38,17 @@ import numpy as np
 from services.common.errors import FailedPrecondition
 from services.simulator.cancel import Cancelled
 from services.simulator.flow import loop
+from services.simulator.flow.state import (
+    Channels,
+    FlowWorkload,
+    Groups,
+    Nodes,
+    Records,
+    Routes,
+    RunState,
+    Slots,
+    Work,
+)
 from services.simulator.routes import FlowRoutes
 from services.simulator.workload import Workload
 
@@ -144,7 +155,7 @@ class _Engine:
         u = len(self.used_channels)
         loads.open(self.used_channels.astype(np.int32))
         route_offsets = np.asarray(routes.offsets, dtype=np.int64)
-        self.routes = (
+        self.routes = Routes(
             route_offsets,
             compact.astype(np.int64).reshape(-1),
             np.asarray(routes.fractions, dtype=np.float64),
@@ -156,7 +167,7 @@ class _Engine:
         if workload.flow_rate_bps is not None:
             flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf).astype(np.float64)
         flow_route = np.asarray(flow_route, dtype=np.int64)
-        self.workload = (
+        self.workload = FlowWorkload(
             np.asarray(workload.transfer_flow_offsets, dtype=np.int64),
             np.asarray(workload.dependent_offsets, dtype=np.int64),
             workload.dependents.astype(np.int64),
@@ -178,7 +189,7 @@ class _Engine:
         heap_time, heap_transfer = np.zeros(t, dtype=np.int64), np.zeros(t, dtype=np.int64)
         heap_time[: len(ready_now)] = ready[ready_now]
         heap_transfer[: len(ready_now)] = ready_now
-        self.state = (
+        self.state = RunState(
             self.start,
             self.sent,
             self.finish,
@@ -192,9 +203,9 @@ class _Engine:
             np.zeros(t, dtype=np.int64),  # batch times
             np.zeros(t, dtype=np.int64),  # batch
         )
-        # Per channel, per group and per group in a filling: see loop.py.
+        # Per channel, per group and per group in a filling (state.py names each array).
         i64, f64, none = np.int64, np.float64, -1
-        self.channel = (
+        self.channel = Channels(
             np.zeros(u, i64),
             np.full(u, none, i64),
             np.full(u, none, i64),
@@ -217,7 +228,7 @@ class _Engine:
             np.zeros(u, f64),
         )
         g = u + 1
-        self.groups = (
+        self.groups = Groups(
             np.zeros(g, f64),
             np.zeros(g, f64),
             np.zeros(g, i64),
@@ -227,7 +238,7 @@ class _Engine:
             np.arange(g, dtype=i64),
             np.full(1 << int(2 * g).bit_length(), none, i64),
         )
-        self.work = (
+        self.work = Work(
             np.zeros(g + u, f64),
             np.zeros(g + u, f64),
             np.zeros(g + u, f64),
@@ -240,10 +251,10 @@ class _Engine:
         self.scalars[loop.NOW] = heap_time[0] if len(ready_now) else 0
         self.scalars[loop.HEAP_SIZE] = len(ready_now)
         self.scalars[loop.FIRST_STARTED] = self.scalars[loop.LAST_STARTED] = -1
-        self.slots: tuple[np.ndarray, ...] = ()
-        self.nodes: tuple[np.ndarray, ...] = ()
+        self.slots: Slots | None = None
+        self.nodes: Nodes | None = None
         self._grow_slots(min(max(f, 1), _FIRST_SLOTS))
-        self.records = (
+        self.records = Records(
             np.zeros(max(u, _RECORD_BUFFER), dtype=np.int64),
             np.zeros(max(u, _RECORD_BUFFER), dtype=np.int32),
             np.zeros(max(u, _RECORD_BUFFER)),
@@ -251,24 +262,25 @@ class _Engine:
 
     def _grow_slots(self, size: int) -> None:
         """Room for `size` active flows, the active ones kept in their slots."""
-        old = len(self.slots[0]) if self.slots else 0
+        old = len(self.slots.flow) if self.slots is not None else 0
         i64, f64 = np.int64, np.float64
-        floats = (2, 3, 4, 7, 17)  # remaining, rate, cap, rate at freezing, rate by position: see loop.py
-        dtypes = [f64 if i in floats else i64 for i in range(21)]
-        slots = tuple(np.zeros(size, dtype=dtype) for dtype in dtypes)
-        for before, after in zip(self.slots, slots, strict=False):  # none the first time
-            after[:old] = before
+        floats = {"remaining", "rate", "cap", "frozen_rate", "position_rate"}
+        slots = Slots(*(np.zeros(size, dtype=f64 if name in floats else i64) for name in Slots._fields))
+        if self.slots is not None:
+            for before, after in zip(self.slots, slots, strict=True):
+                after[:old] = before
         # The free stack gets the new slots below the free ones it had.
         free = int(self.scalars[loop.FREE])
         added = np.arange(size - 1, old - 1, -1, dtype=i64)
-        slots[10][: len(added)] = added
-        if self.slots:
-            slots[10][len(added) : len(added) + free] = self.slots[10][:free]
+        slots.free[: len(added)] = added
+        if self.slots is not None:
+            slots.free[len(added) : len(added) + free] = self.slots.free[:free]
         self.scalars[loop.FREE] = free + len(added)
         self.slots = slots
-        nodes = tuple(np.full(size * self.longest_route, -1, dtype=i64) for _ in range(3))
-        for before, after in zip(self.nodes, nodes, strict=False):
-            after[: len(before)] = before
+        nodes = Nodes(*(np.full(size * self.longest_route, -1, dtype=i64) for _ in Nodes._fields))
+        if self.nodes is not None:
+            for before, after in zip(self.nodes, nodes, strict=True):
+                after[: len(before)] = before
         self.nodes = nodes
 
     def _take_records(self) -> None:
@@ -300,7 +312,8 @@ class _Engine:
             if status == loop.RECORDS_FULL:
                 self._take_records()
             elif status == loop.SLOTS_FULL:
-                self._grow_slots(max(2 * len(self.slots[0]), int(self.scalars[loop.SLOTS_NEEDED])))
+                assert self.slots is not None
+                self._grow_slots(max(2 * len(self.slots.flow), int(self.scalars[loop.SLOTS_NEEDED])))
             elif status == loop.ZERO_RATE:
                 raise FailedPrecondition("a flow crosses a channel of zero capacity (rate 0 link)")
             elif status != loop.PAUSED:
