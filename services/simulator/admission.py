@@ -9,16 +9,17 @@ worker that runs it. A spec whose estimate exceeds a limit is refused with Resou
 naming every estimate that does and its limit (`CostEstimate.admit`); `check_request_size` does
 the same for the flows a request lists before the request is even converted.
 
-The memory model was measured on this code (peak RSS of a worker over its base, `ru_maxrss`;
-`tests/simulator/test_memory_estimate.py` holds it to within the run's own growth of the peak):
-FLOW fidelity about 290 B per transfer (workload, per-flow times, the ready heap; its series no
-longer grow with the events) and 110 B per further QP flow; PACKET fidelity about 330 B per QP flow
-(the engine's per-flow state) and 100-130 B per transfer (440-480 B a transfer of one flow: rings
-of 128 to 2,048 ranks, with Go-Back-N, PFC and DCQCN or without); a POINT_TO_POINT flow listed in
-the spec about 600 B more (the spec's own objects, held by the service and the worker); plus the
-snapshot (twice: the service's and the worker's copy), the per-link series at their cap, and 200 MB
-for the worker itself. The constants below round those up. (Until issue #15's memory work they were
-2.3-3.3x the peaks: 1.4 KB a PACKET transfer of one flow, 1.2 KB a FLOW one.)
+The memory model was measured on this code (peak RSS of a worker over its base, VmHWM;
+`tests/simulator/test_memory_estimate.py` holds it to within the run's own growth of the peak): FLOW
+fidelity about 290 B per transfer (workload, per-flow times, the ready heap; its series no longer
+grow with the events) and 110 B per further QP flow; PACKET fidelity about 330 B per QP flow (the
+engine's per-flow state) and 100-130 B per transfer (440-480 B a transfer of one flow: rings of 128
+to 2,048 ranks, with Go-Back-N, PFC and DCQCN or without); a POINT_TO_POINT flow listed in the spec
+about 600 B more (the spec's own objects, held by the service and the worker); plus the snapshot
+(twice: the service's and the worker's copy), the per-link series at their cap, and 256 MB for the
+worker itself (its interpreter, modules and compiled engines: 165-221 MB measured). The constants
+below round those up. (Until issue #15's memory work they were 2.3-3.3x the peaks: 1.4 KB a PACKET
+transfer of one flow, 1.2 KB a FLOW one; now 600 and 560 B.)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, Si
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "WORKER_BASE_BYTES",
     "CostEstimate",
     "JobCost",
     "SimulationLimits",
@@ -49,9 +51,9 @@ __all__ = [
 
 _GIB = 1 << 30
 _NODE_KIND_SWITCH = 2
-_WORKER_BASE_BYTES = 200 << 20
-_FLOW_BYTES_PER_TRANSFER = 360
-_FLOW_BYTES_PER_QP_FLOW = 130
+WORKER_BASE_BYTES = 256 << 20  # a worker before its run: 165-221 MB measured in fresh interpreters
+_FLOW_BYTES_PER_TRANSFER = 400
+_FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 180
 _PACKET_BYTES_PER_QP_FLOW = 420
 _SPEC_BYTES_PER_LISTED_FLOW = 640
@@ -62,7 +64,7 @@ class SimulationLimits:
     """What one simulation may cost; 0 turns a limit off. Defaults fit a 2-core, 24 GiB machine
     running one worker: a run within them takes at most minutes."""
 
-    max_flows: int = 5_000_000  # QP flows (a transfer of one: FLOW ~360 B, PACKET ~600 B)
+    max_flows: int = 5_000_000  # QP flows (a transfer of one: FLOW ~400 B, PACKET ~600 B)
     max_transfers: int = 5_000_000
     max_packets: int = 1_000_000_000  # PACKET fidelity: ~15 M events/s, 5 events a packet
     max_events: int = 20_000_000_000
@@ -281,7 +283,7 @@ def estimate_cost(
     flows = sum(c.flows for c in costs)
     edges = sum(c.edges for c in costs)
     listed = sum(c.listed_flows for c in costs)
-    memory = _WORKER_BASE_BYTES + 2 * _snapshot_bytes(snapshot) + _SPEC_BYTES_PER_LISTED_FLOW * listed
+    memory = WORKER_BASE_BYTES + 2 * _snapshot_bytes(snapshot) + _SPEC_BYTES_PER_LISTED_FLOW * listed
     packets = events = 0
     if spec.fidelity == Fidelity.PACKET:
         packets = sum(c.payload_bytes // spec.mtu_bytes + c.flows for c in costs)

@@ -122,7 +122,7 @@ async def test_a_run_estimated_above_the_memory_limit_is_refused(topology):  # n
     async with simulator_server(topology, max_memory_bytes=1 << 30) as server:
         error, seconds = await refused(server.stub, with_job(iterations=8_000))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
-    assert "peak memory 1.5 GiB (limit 1.0 GiB)" in error.details()
+    assert "peak memory 1.7 GiB (limit 1.0 GiB)" in error.details()
     assert seconds < REFUSAL_SECONDS, seconds
 
 
