@@ -16,8 +16,8 @@ grow with the events) and 110 B per further QP flow; PACKET fidelity about 330 B
 engine's per-flow state) and 100-130 B per transfer (440-480 B a transfer of one flow: rings of 128
 to 2,048 ranks, with Go-Back-N, PFC and DCQCN or without); a POINT_TO_POINT flow listed in the spec
 about 600 B more (the spec's own objects, held by the service and the worker); plus the snapshot
-(twice: the service's and the worker's copy), the per-link series at their cap, and 256 MB for the
-worker itself (its interpreter, modules and compiled engines: 165-221 MB measured). The constants
+(twice: the service's and the worker's copy), the per-link series at their cap, and 320 MB for the
+worker itself (its interpreter, modules and compiled engines: 165-256 MB measured). The constants
 below round those up. (Until issue #15's memory work they were 2.3-3.3x the peaks: 1.4 KB a PACKET
 transfer of one flow, 1.2 KB a FLOW one; now 600 and 560 B.)
 """
@@ -51,7 +51,7 @@ __all__ = [
 
 _GIB = 1 << 30
 _NODE_KIND_SWITCH = 2
-WORKER_BASE_BYTES = 256 << 20  # a worker before its run: 165-221 MB measured in fresh interpreters
+WORKER_BASE_BYTES = 320 << 20  # a worker before its run: 165-256 MB measured in fresh interpreters
 _FLOW_BYTES_PER_TRANSFER = 400
 _FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 180
