@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -32,11 +33,43 @@ SERVICES = {
 }
 
 
+_EPHEMERAL_RANGE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PORT_TRIES = 100
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections and bind-to-0 (Linux's default elsewhere)."""
+    try:
+        low, high = _EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidate_port(low: int, high: int) -> int:
+    return random.randrange(low, high)
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now (the services need fixed ports to find each other)."""
-    with socket.socket() as s:
+    """A TCP port nobody listens on right now, outside the kernel's ephemeral range (the services
+    need fixed ports to find each other). A port the kernel hands out for a bind to 0 comes from
+    that range, which every outgoing connection and every other port-0 server draws from too, and
+    could be taken before the service binds it ("Address already in use"); below it (or above it)
+    only another fixed choice can collide, and one is tried at random."""
+    low, high = _ephemeral_range()
+    span = (max(1025, low - 12_000), low) if low > 2_048 else (high + 1, 65_536)
+    if span[1] - span[0] >= 64:
+        for _ in range(_PORT_TRIES):
+            port = _candidate_port(*span)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as s:  # no room outside the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass
