@@ -46,6 +46,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2
 
 from bench.bench_engine import K32_RANKS, _allreduce_spec
 from bench.registry import benchmark
+from services.common.procfs import children_of, cpu_ticks, is_running, peak_rss_bytes
 from services.simulator.packet.warm_up import warm_up
 from services.stack import running_stack
 
@@ -67,55 +68,18 @@ _STATE = {value: name.removeprefix("JOB_STATE_") for name, value in common_pb2.J
 # -- processes, from /proc (no psutil) ------------------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first); None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
-
-
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
-def _cpu_ticks(pid: int) -> int:
-    fields = _stat(pid)
-    return 0 if fields is None else int(fields[11]) + int(fields[12])  # utime + stime
-
-
 def _busiest_child(pid: int, window_s: float = PICK_WORKER_S) -> int | None:
     """The child of `pid` that used the most CPU over the next `window_s` seconds."""
-    before = {child: _cpu_ticks(child) for child in _children(pid)}
+    before = {child: cpu_ticks(child) for child in children_of(pid)}
     time.sleep(window_s)
-    grown = {child: _cpu_ticks(child) - ticks for child, ticks in before.items() if _alive(child)}
+    grown = {child: cpu_ticks(child) - ticks for child, ticks in before.items() if is_running(child)}
     return max(grown, key=lambda child: grown[child]) if grown else None
 
 
 def _peak_rss_mb(pid: int) -> float | None:
     """VmHWM (peak resident set) of a live process in MiB."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    peak = peak_rss_bytes(pid)
+    return round(peak / 2**20, 1) if peak else None
 
 
 # -- the runs -------------------------------------------------------------------------------------------
@@ -170,7 +134,7 @@ def _full_run(client: Client, simulator_pid: int, telemetry_pid: int, spec, sour
     began = time.perf_counter()
     started = client.simulations.start(spec)
     start_call_s = time.perf_counter() - began
-    simulator_rss_after_start = _peak_rss_mb(simulator_pid)  # its checks built the workload once
+    simulator_rss_after_start = _peak_rss_mb(simulator_pid)  # after its checks
     updates = list(_watch(client, started.name, began))
     last = updates[-1][1]
     if last.state != common_pb2.JOB_STATE_SUCCEEDED:
@@ -188,8 +152,8 @@ def _full_run(client: Client, simulator_pid: int, telemetry_pid: int, spec, sour
     one = next(iter(client.simulations.link_series(started.name, page_size=1)))
     channels = 2 * sum(1 for _ in client.fabrics.links(FABRIC))
     rows = client.telemetry.get_source(source).sample_count
-    children = {pid: _peak_rss_mb(pid) for pid in _children(simulator_pid)}
-    worker = max(children, key=_cpu_ticks) if children else None
+    children = {pid: _peak_rss_mb(pid) for pid in children_of(simulator_pid)}
+    worker = max(children, key=cpu_ticks) if children else None
     job = result.jobs[0]
     figures = {
         "mode": MODE,
@@ -269,12 +233,12 @@ class _WorkerWatch:
         self._thread.start()
 
     def _follow(self) -> None:
-        ticks = _cpu_ticks(self.pid)
+        ticks = cpu_ticks(self.pid)
         while not self._stop.wait(SAMPLE_S):
-            if not _alive(self.pid):
+            if not is_running(self.pid):
                 self.gone_at = time.perf_counter()
                 return
-            now = _cpu_ticks(self.pid)
+            now = cpu_ticks(self.pid)
             if now != ticks:
                 ticks, self.busy_at = now, time.perf_counter()
 

@@ -29,6 +29,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Self, TypeVar
 
+from services.common.procfs import peak_rss_bytes
+
 __all__ = ["WorkerDied", "WorkerOutOfMemory", "WorkerPool"]
 
 log = logging.getLogger("fabrictwin.workers")
@@ -162,18 +164,6 @@ def _worker_main(conn: Connection, parent_pid: int, memory_limit_bytes: int) -> 
 
 
 # -- the service side ------------------------------------------------------------------------------
-
-
-def _read_peak_rss(pid: int) -> int:
-    """VmHWM (the peak resident set) of a live process, in bytes; 0 when unknown."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _oom_kills() -> int | None:
@@ -493,8 +483,8 @@ class WorkerPool:
             raise worker.died(before) from None
         fds = [worker.conn.fileno(), worker.process.sentinel]
         while not await _readable(loop, fds, MEMORY_SAMPLE_SECONDS):
-            worker.peak_rss = max(worker.peak_rss, _read_peak_rss(worker.pid))
-        worker.peak_rss = max(worker.peak_rss, _read_peak_rss(worker.pid))
+            worker.peak_rss = max(worker.peak_rss, peak_rss_bytes(worker.pid))
+        worker.peak_rss = max(worker.peak_rss, peak_rss_bytes(worker.pid))
         if not worker.conn.poll():
             raise worker.died(before)
         try:

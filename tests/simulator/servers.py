@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 from collections.abc import AsyncIterator
 
 import grpc
@@ -14,6 +13,7 @@ from fabrictwin.v1 import common_pb2, simulation_pb2, simulation_pb2_grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from services.common.config import ServiceConfig
+from services.common.procfs import children_of, cpu_ticks, is_running
 from services.common.server import RunningServer, serving
 from services.simulator.__main__ import build as build_simulator
 
@@ -77,39 +77,6 @@ async def wait_done(stub: simulation_pb2_grpc.SimulationServiceStub, name: str, 
         return seen
 
     return await asyncio.wait_for(last(), timeout)
-
-
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def children_of(pid: int) -> list[int]:
-    """Live processes whose parent is `pid` (zombies, already dead, left out)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
-def is_running(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] != "Z"
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = _stat(pid)
-    return 0 if fields is None else int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def busiest_child(pid: int) -> int | None:
