@@ -1,12 +1,14 @@
-"""The smallest fabric an engine can run on: what the engines' warm-ups compile their loops with."""
+"""The smallest fabric an engine can run on, and the one-flow run on it that the engines' warm-ups
+compile their loops with."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
+from services.simulator.spec import SimulationSpec
 
-__all__ = ["two_hosts_one_switch"]
+__all__ = ["two_hosts_one_switch", "warm_up_run"]
 
 _HOST, _SWITCH = 1, 2
 
@@ -35,3 +37,18 @@ def two_hosts_one_switch() -> FabricSnapshot:
         route_offsets=offsets,
         route_next_channels=np.array([0, 1, 2, 3], dtype=np.int32),
     )
+
+
+def warm_up_run(fidelity: str) -> tuple[FabricSnapshot, SimulationSpec]:
+    """64 KiB from host-0 to host-1 under ECMP at `fidelity`, on `two_hosts_one_switch`."""
+    snapshot = two_hosts_one_switch()
+    flow = {"source": "host-0", "destination": "host-1", "size_bytes": 64 << 10}
+    spec = SimulationSpec.from_dict(
+        {
+            "fabric": snapshot.fabric,
+            "fidelity": fidelity,
+            "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
+            "load_balancing": {"mode": "ECMP"},
+        }
+    )
+    return snapshot, spec

@@ -13,8 +13,7 @@ import time
 
 from services.simulator.engine import RunFabric
 from services.simulator.flow.engine import FlowEngine
-from services.simulator.spec import SimulationSpec
-from services.simulator.warm_fabric import two_hosts_one_switch
+from services.simulator.warm_fabric import warm_up_run
 from services.simulator.workload import build_workload
 
 __all__ = ["warm_up"]
@@ -22,16 +21,7 @@ __all__ = ["warm_up"]
 
 def warm_up() -> None:
     """Run the FLOW engine once on the smallest fabric (compiling its loop if it is not cached)."""
-    snapshot = two_hosts_one_switch()
-    flow = {"source": "host-0", "destination": "host-1", "size_bytes": 64 << 10}
-    spec = SimulationSpec.from_dict(
-        {
-            "fabric": snapshot.fabric,
-            "fidelity": "FLOW",
-            "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
-            "load_balancing": {"mode": "ECMP"},
-        }
-    )
+    snapshot, spec = warm_up_run("FLOW")
     FlowEngine().simulate(spec, RunFabric(snapshot, {}), build_workload(spec, snapshot), None)
 
 

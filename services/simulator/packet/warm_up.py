@@ -15,8 +15,7 @@ from services.simulator.packet.compile_cache import COMPILING_STAGE, engine_cach
 from services.simulator.packet.config import PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
 from services.simulator.paths import route_workload
-from services.simulator.spec import SimulationSpec
-from services.simulator.warm_fabric import two_hosts_one_switch
+from services.simulator.warm_fabric import warm_up_run
 from services.simulator.workload import build_workload
 
 __all__ = ["warm_up"]
@@ -26,16 +25,7 @@ def warm_up() -> bool:
     """Compile the engine unless it is compiled; returns whether it compiled now."""
     if engine_compiled():
         return False
-    snapshot = two_hosts_one_switch()
-    flow = {"source": "host-0", "destination": "host-1", "size_bytes": 64 << 10}
-    spec = SimulationSpec.from_dict(
-        {
-            "fabric": snapshot.fabric,
-            "fidelity": "PACKET",
-            "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
-            "load_balancing": {"mode": "ECMP"},
-        }
-    )
+    snapshot, spec = warm_up_run("PACKET")
     assert spec.load_balancing is not None
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, 0)
