@@ -16,10 +16,10 @@ from numba import njit
 
 from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import RING_COLLECTIVES
-from services.simulator.spec import Algorithm, Collective
+from services.simulator.spec import Algorithm, Collective, SimulationSpec
 from services.simulator.workload import JobPlan, Workload
 
-__all__ = ["critical_path_ns", "ideal_completion_ns", "job_ideals"]
+__all__ = ["critical_path_ns", "expected_end_ns", "ideal_completion_ns", "job_ideals"]
 
 
 def _host_rates(snapshot: FabricSnapshot) -> tuple[np.ndarray, np.ndarray]:
@@ -221,3 +221,9 @@ def job_ideals(
         ideal_completion_ns(plan, workload, j, flow_latency_ns, snapshot, payload_fraction)
         for j, plan in enumerate(workload.jobs)
     ]
+
+
+def expected_end_ns(spec: SimulationSpec, ideals: list[int]) -> int:
+    """When a run of `spec` is expected to end: its longest job ideal after its latest job start
+    (what the engines size their first sample interval by)."""
+    return max(ideals, default=0) + max((job.start_ns for job in spec.jobs), default=0)

@@ -18,7 +18,7 @@ from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.notes import flow_model_notes
-from services.simulator.ideal import job_ideals
+from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.paths import route_workload
 from services.simulator.results import SimulationOutcome, channel_totals
 from services.simulator.series import MAX_SERIES_VALUES, first_interval_ns, refuse_sample_interval
@@ -91,8 +91,8 @@ class FlowEngine:
         if spec.sample_interval_ns:
             loads = LoadIntegrator(spec.sample_interval_ns, fixed=True)
         else:  # from the run's expected length; it doubles if the run outlasts DEFAULT_INTERVALS
-            expected_ns = max(ideals, default=0) + max((job.start_ns for job in spec.jobs), default=0)
-            loads = LoadIntegrator(first_interval_ns(expected_ns, DEFAULT_INTERVALS), fixed=False)
+            first = first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS)
+            loads = LoadIntegrator(first, fixed=False)
         setup_stage(progress, "")  # simulating
         run = simulate_flows(
             on_the_wire,

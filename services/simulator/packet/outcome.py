@@ -23,7 +23,7 @@ from services.simulator.bounds import run_time_limit_ns
 from services.simulator.cancel import setup_stage
 from services.simulator.engine import RunFabric
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
-from services.simulator.ideal import job_ideals
+from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.modes import mode_of
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
@@ -196,7 +196,7 @@ def run_packet_simulation(
         seed=spec.seed * 1_000_003 + lb.seed,
         sample_interval_ns=spec.sample_interval_ns,
         time_limit_ns=run_time_limit_ns(spec),
-        expected_end_ns=max(ideals, default=0) + max((j.start_ns for j in spec.jobs), default=0),
+        expected_end_ns=expected_end_ns(spec, ideals),
         window_packets=-(-window_bytes // spec.mtu_bytes) if window_bytes else 0,
         retransmit_timeout_ns=spec.retransmit_timeout_ns or DEFAULT_RETRANSMIT_TIMEOUT_NS,
         ack_every=spec.ack_every or 1,
