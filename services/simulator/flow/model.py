@@ -156,10 +156,10 @@ class _Engine:
         loads.open(self.used_channels.astype(np.int32))
         route_offsets = np.asarray(routes.offsets, dtype=np.int64)
         self.routes = Routes(
-            route_offsets,
-            compact.astype(np.int64).reshape(-1),
-            np.asarray(routes.fractions, dtype=np.float64),
-            np.asarray(channel_rate_bps, dtype=np.float64)[self.used_channels],
+            offsets=route_offsets,
+            channel=compact.astype(np.int64).reshape(-1),
+            fraction=np.asarray(routes.fractions, dtype=np.float64),
+            capacity=np.asarray(channel_rate_bps, dtype=np.float64)[self.used_channels],
         )
         self.longest_route = max(1, int(np.diff(route_offsets).max(initial=0)))
         self.has_caps = workload.flow_rate_bps is not None
@@ -168,15 +168,15 @@ class _Engine:
             flow_cap = np.where(workload.flow_rate_bps > 0, workload.flow_rate_bps, np.inf).astype(np.float64)
         flow_route = np.asarray(flow_route, dtype=np.int64)
         self.workload = FlowWorkload(
-            np.asarray(workload.transfer_flow_offsets, dtype=np.int64),
-            np.asarray(workload.dependent_offsets, dtype=np.int64),
-            workload.dependents.astype(np.int64),
-            workload.dependent_needs_arrival.astype(np.bool_),
-            np.asarray(workload.flow_size_bytes, dtype=np.int64),
-            np.asarray(routes.latency_ns, dtype=np.int64)[flow_route],
-            np.repeat(np.arange(t, dtype=np.int64), np.diff(workload.transfer_flow_offsets)),
-            flow_route,
-            flow_cap,
+            transfer_flow_offsets=np.asarray(workload.transfer_flow_offsets, dtype=np.int64),
+            dependent_offsets=np.asarray(workload.dependent_offsets, dtype=np.int64),
+            dependents=workload.dependents.astype(np.int64),
+            needs_arrival=workload.dependent_needs_arrival.astype(np.bool_),
+            flow_size=np.asarray(workload.flow_size_bytes, dtype=np.int64),
+            flow_latency=np.asarray(routes.latency_ns, dtype=np.int64)[flow_route],
+            flow_transfer=np.repeat(np.arange(t, dtype=np.int64), np.diff(workload.transfer_flow_offsets)),
+            flow_route=flow_route,
+            flow_cap=flow_cap,
         )
         self.start = np.full(f, -1, dtype=np.int64)
         self.sent = np.full(f, -1, dtype=np.int64)
@@ -190,62 +190,62 @@ class _Engine:
         heap_time[: len(ready_now)] = ready[ready_now]
         heap_transfer[: len(ready_now)] = ready_now
         self.state = RunState(
-            self.start,
-            self.sent,
-            self.finish,
-            np.diff(workload.transfer_flow_offsets).astype(np.int64),  # flows left
-            waiting_on,
-            ready,
-            np.zeros(t, dtype=np.int64),  # arrival
-            np.zeros(t, dtype=np.int64),  # departure
-            heap_time,
-            heap_transfer,
-            np.zeros(t, dtype=np.int64),  # batch times
-            np.zeros(t, dtype=np.int64),  # batch
+            start=self.start,
+            sent=self.sent,
+            finish=self.finish,
+            flows_left=np.diff(workload.transfer_flow_offsets).astype(np.int64),
+            waiting_on=waiting_on,
+            ready=ready,
+            arrival=np.zeros(t, dtype=np.int64),
+            departure=np.zeros(t, dtype=np.int64),
+            heap_time=heap_time,
+            heap_transfer=heap_transfer,
+            batch_time=np.zeros(t, dtype=np.int64),
+            batch=np.zeros(t, dtype=np.int64),
         )
         # Per channel, per group and per group in a filling (state.py names each array).
         i64, f64, none = np.int64, np.float64, -1
         self.channel = Channels(
-            np.zeros(u, i64),
-            np.full(u, none, i64),
-            np.full(u, none, i64),
-            np.zeros(u, f64),
-            np.full(u, none, i64),
-            np.full(u, none, i64),
-            np.full(u, none, i64),
-            np.zeros(u, f64),
-            np.zeros(u, np.bool_),
-            np.zeros(u, i64),
-            np.zeros(u, i64),
-            np.full(u, none, i64),
-            np.full(u, none, i64),
-            np.zeros(u, i64),
-            np.zeros(u, np.bool_),
-            np.zeros(u, i64),
-            np.zeros(u, i64),
-            np.zeros(u, i64),
-            np.zeros(u, i64),
-            np.zeros(u, f64),
+            entries=np.zeros(u, i64),
+            head=np.full(u, none, i64),
+            tail=np.full(u, none, i64),
+            load=np.zeros(u, f64),
+            group=np.full(u, none, i64),
+            group_next=np.full(u, none, i64),
+            group_prev=np.full(u, none, i64),
+            demand=np.zeros(u, f64),
+            marked_flag=np.zeros(u, np.bool_),
+            marked=np.zeros(u, i64),
+            live=np.zeros(u, i64),
+            live_stamp=np.full(u, none, i64),
+            departed=np.full(u, none, i64),
+            own_group=np.zeros(u, i64),
+            dirty_flag=np.zeros(u, np.bool_),
+            dirty=np.zeros(u, i64),
+            changed=np.zeros(u, i64),
+            marked_count=np.zeros(u, i64),
+            ones=np.zeros(u, i64),
+            total=np.zeros(u, f64),
         )
         g = u + 1
         self.groups = Groups(
-            np.zeros(g, f64),
-            np.zeros(g, f64),
-            np.zeros(g, i64),
-            np.full(g, none, i64),
-            np.zeros(g, i64),
-            np.zeros(g, i64),
-            np.arange(g, dtype=i64),
-            np.full(1 << int(2 * g).bit_length(), none, i64),
+            capacity=np.zeros(g, f64),
+            demand=np.zeros(g, f64),
+            size=np.zeros(g, i64),
+            head=np.full(g, none, i64),
+            position=np.zeros(g, i64),
+            listed=np.zeros(g, i64),
+            free=np.arange(g, dtype=i64),
+            table=np.full(1 << int(2 * g).bit_length(), none, i64),
         )
         self.work = Work(
-            np.zeros(g + u, f64),
-            np.zeros(g + u, f64),
-            np.zeros(g + u, f64),
-            np.zeros(g + u, i64),
-            np.zeros(g + u, np.bool_),
-            np.zeros(g + u, i64),
-            np.zeros(g + u, i64),
+            left=np.zeros(g + u, f64),
+            demand=np.zeros(g + u, f64),
+            share=np.zeros(g + u, f64),
+            members=np.zeros(g + u, i64),
+            alone=np.zeros(g + u, np.bool_),
+            member=np.zeros(g + u, i64),
+            live_groups=np.zeros(g + u, i64),
         )
         self.scalars = np.zeros(loop.SCALARS, dtype=np.int64)
         self.scalars[loop.NOW] = heap_time[0] if len(ready_now) else 0
@@ -255,9 +255,9 @@ class _Engine:
         self.nodes: Nodes | None = None
         self._grow_slots(min(max(f, 1), _FIRST_SLOTS))
         self.records = Records(
-            np.zeros(max(u, _RECORD_BUFFER), dtype=np.int64),
-            np.zeros(max(u, _RECORD_BUFFER), dtype=np.int32),
-            np.zeros(max(u, _RECORD_BUFFER)),
+            time=np.zeros(max(u, _RECORD_BUFFER), dtype=np.int64),
+            channel=np.zeros(max(u, _RECORD_BUFFER), dtype=np.int32),
+            load=np.zeros(max(u, _RECORD_BUFFER)),
         )
 
     def _grow_slots(self, size: int) -> None:
