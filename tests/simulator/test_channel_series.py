@@ -1,5 +1,5 @@
-"""`series.channel_series`: records by channel (the FLOW engine's order, no sort) integrate to exactly
-what the same records in time order do."""
+"""`series_reference.channel_series` (the integrator's reference): records by channel (the FLOW
+engine's old order, no sort) integrate to exactly what the same records in time order do."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.simulator.series import channel_series
+from tests.simulator.series_reference import channel_series
 
 
 @settings(max_examples=80, deadline=None)

@@ -1,5 +1,5 @@
 """The FLOW engine's series integrated as the loop runs (flow/integrate.py) against
-`series.channel_series`, which integrates the records of a whole run at once: the same series
+`series_reference.channel_series`, which integrates the records of a whole run at once: the same series
 whatever the buffers the records come in, the interval doubling or the edges growing on the way."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from services.simulator.flow import integrate
 from services.simulator.flow.integrate import LoadIntegrator
-from services.simulator.series import channel_series
+from tests.simulator.series_reference import channel_series
 
 G = 1_000_000_000
 

@@ -6,8 +6,8 @@ at a time (loop.py). `LoadIntegrator` folds each buffer into the integral of eve
 at the interval edges k * interval (bits carried from 0 to the edge) and forgets the records: a
 record ends the previous load's segment, whose bits are added to the channel's running integral;
 each edge a segment covers gets the integral up to it. At the end the edges turn into bytes per
-interval exactly as `series.channel_series` turns the records of a whole run into them
-(`series.series_from_edges`), which the tests keep as the reference.
+interval exactly as the FLOW engine once turned the records of a whole run into them
+(`series.series_from_edges`); `tests/simulator/series_reference.py` keeps that as the reference.
 
 The interval is either the caller's (`sample_interval_ns`: the edges grow as the run goes on, and
 the interval doubles, merging pairs of intervals, only where the series would pass
@@ -134,7 +134,8 @@ class LoadIntegrator:
         self, end_ns: int, channel_rate_bps: np.ndarray, exact_bytes: np.ndarray | None
     ) -> ChannelSeries:
         """The series of the channels that ever carried load, from 0 to `end_ns` (after the last
-        record); `exact_bytes` as `series.channel_series` takes them."""
+        record); `exact_bytes` ([channels], optional): the bytes each channel really carried, to
+        which each channel's curve is scaled (the loop rounds event times up to whole ns)."""
         bins = max(1, -(-end_ns // self.interval_ns))
         while bins >= self._edges.shape[1]:
             self._make_room()
