@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from services.common.snapshot import FabricSnapshot
-from services.simulator.spec import SimulationSpec
 
 __all__ = ["two_hosts_one_switch", "warm_up_run"]
 
@@ -39,16 +38,14 @@ def two_hosts_one_switch() -> FabricSnapshot:
     )
 
 
-def warm_up_run(fidelity: str) -> tuple[FabricSnapshot, SimulationSpec]:
-    """64 KiB from host-0 to host-1 under ECMP at `fidelity`, on `two_hosts_one_switch`."""
+def warm_up_run(fidelity: str) -> tuple[FabricSnapshot, dict]:
+    """64 KiB from host-0 to host-1 under ECMP at `fidelity`, on `two_hosts_one_switch` (the spec as
+    `SimulationSpec.from_dict` takes it)."""
     snapshot = two_hosts_one_switch()
     flow = {"source": "host-0", "destination": "host-1", "size_bytes": 64 << 10}
-    spec = SimulationSpec.from_dict(
-        {
-            "fabric": snapshot.fabric,
-            "fidelity": fidelity,
-            "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
-            "load_balancing": {"mode": "ECMP"},
-        }
-    )
-    return snapshot, spec
+    return snapshot, {
+        "fabric": snapshot.fabric,
+        "fidelity": fidelity,
+        "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
+        "load_balancing": {"mode": "ECMP"},
+    }

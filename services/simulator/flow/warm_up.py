@@ -13,6 +13,7 @@ import time
 
 from services.simulator.engine import RunFabric
 from services.simulator.flow.engine import FlowEngine
+from services.simulator.spec import SimulationSpec
 from services.simulator.warm_fabric import warm_up_run
 from services.simulator.workload import build_workload
 
@@ -21,7 +22,8 @@ __all__ = ["warm_up"]
 
 def warm_up() -> None:
     """Run the FLOW engine once on the smallest fabric (compiling its loop if it is not cached)."""
-    snapshot, spec = warm_up_run("FLOW")
+    snapshot, run = warm_up_run("FLOW")
+    spec = SimulationSpec.from_dict(run)
     FlowEngine().simulate(spec, RunFabric(snapshot, {}), build_workload(spec, snapshot), None)
 
 

@@ -15,6 +15,7 @@ from services.simulator.packet.compile_cache import COMPILING_STAGE, engine_cach
 from services.simulator.packet.config import PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
 from services.simulator.paths import route_workload
+from services.simulator.spec import SimulationSpec
 from services.simulator.warm_fabric import warm_up_run
 from services.simulator.workload import build_workload
 
@@ -25,7 +26,8 @@ def warm_up() -> bool:
     """Compile the engine unless it is compiled; returns whether it compiled now."""
     if engine_compiled():
         return False
-    snapshot, spec = warm_up_run("PACKET")
+    snapshot, run = warm_up_run("PACKET")
+    spec = SimulationSpec.from_dict(run)
     assert spec.load_balancing is not None
     workload = build_workload(spec, snapshot)
     routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, 0)
