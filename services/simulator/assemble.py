@@ -51,6 +51,12 @@ class EngineRun:
     packets: PacketStats | None = None
     flow_counters: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     job_counters: list[dict[str, int]] | None = None  # per job
+    # A streamed run (PACKET, workload.RingStream): the per-flow arrays above are its first flows,
+    # `flow_workload` those flows as a held workload, `job_finish_ns` each job's last flow's finish
+    # (-1: some flow never finished) and `flow_count` all its flows.
+    flow_workload: Workload | None = None
+    job_finish_ns: list[int] | None = None
+    flow_count: int = -1
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # the engine's phases
 
 
@@ -59,14 +65,18 @@ def assemble_outcome(
 ) -> SimulationOutcome:
     """The outcome of `run` (`started`: time.perf_counter() when the simulation began)."""
     names = HostDirectory(snapshot).names
+    finishes = run.job_finish_ns or [run.flow_finish_ns] * len(workload.jobs)
     jobs = [
-        job_outcome(plan, workload, j, run.flow_finish_ns, run.ideals[j], names)
-        for j, plan in enumerate(workload.jobs)
+        job_outcome(plan, workload, j, finish, ideal, names)
+        for j, (plan, finish, ideal) in enumerate(zip(workload.jobs, finishes, run.ideals, strict=True))
     ]
     for job, counters in zip(jobs, run.job_counters or [], strict=False):
         job.counters = counters
-    flows = flow_outcomes(workload, run.routes, run.flow_route, run.flow_start_ns, run.flow_finish_ns, names)
+    held = run.flow_workload or workload
+    flows = flow_outcomes(held, run.routes, run.flow_route, run.flow_start_ns, run.flow_finish_ns, names)
     flows.counters = run.flow_counters
+    if run.flow_count >= 0:
+        flows.count = run.flow_count
     rank_hosts = np.concatenate([plan.hosts for plan in workload.jobs])
     outcome = SimulationOutcome(
         fabric=snapshot.fabric,

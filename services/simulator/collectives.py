@@ -12,7 +12,8 @@ rings use connection = rank (rank i -> i+1); every other algorithm uses
 (channel * n + source rank) * n + destination rank, the channel being the tree (0, 1) of the
 double binary tree and 0 elsewhere. S is the job's `size_bytes`; n its ranks.
 
-- Ring AllReduce / ReduceScatter / AllGather: `ring_transfers`.
+- Ring AllReduce / ReduceScatter / AllGather: `ring_transfers` (and `ring_block`: any range of
+  its transfers from their indices alone).
 - Double binary tree AllReduce (`double_binary_tree`): tree 0 is the complete binary tree over
   ranks in order, heap-numbered (rank r's parent is (r-1)//2, root rank 0); tree 1 is its mirror
   (rank r sits where rank n-1-r sits in tree 0, root rank n-1). Tree 0's inner nodes are ranks
@@ -65,11 +66,14 @@ __all__ = [
     "SHARP_CHUNK_BYTES",
     "JobTransfers",
     "RankTransfers",
+    "RingBlock",
     "collective_transfers",
     "dependency_edges",
     "double_binary_tree",
     "pipeline_chunks",
     "repeat_iterations",
+    "ring_block",
+    "ring_sent_bytes",
     "ring_steps",
     "ring_transfers",
     "split_bytes",
@@ -145,6 +149,51 @@ def ring_steps(collective: Collective, n: int) -> int:
     return 2 * (n - 1) if collective == Collective.ALL_REDUCE else n - 1
 
 
+@dataclasses.dataclass
+class RingBlock:
+    """Transfers `lo..hi-1` of a ring job (`ring_block`), each with its dependents by index."""
+
+    sizes: np.ndarray  # int64 [m]
+    rank: np.ndarray  # int64 [m], the sending rank: its connection (rank -> rank + 1)
+    # int64 [m, 2]: the next transfer of its connection (it only has to have left), then the one
+    # on rank + 1 that forwards what it carried (arrival); -1: none (the job's last step), only
+    # ever after those that exist.
+    dependents: np.ndarray
+    prerequisites: np.ndarray  # int32 [m], edges into each
+
+
+def ring_block(n: int, job: JobSpec, steps: int, lo: int, hi: int) -> RingBlock:
+    """Transfers `lo..hi-1` of a ring job of n ranks and `steps` steps per iteration, computed from
+    their index alone (so a run can generate a ring of 134M transfers block by block)."""
+    chunks = max(1, job.chunks)
+    total_steps = steps * max(1, job.iterations)
+    t = np.arange(lo, hi, dtype=np.int64)
+    step, rank, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
+    segment = (rank - step % steps) % n
+    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[segment]
+    last_step = step == total_steps - 1
+    dependents = np.full((len(t), 2), -1, dtype=np.int64)
+    next_step_first = np.where(~last_step, ((step + 1) * n + rank) * chunks, -1)
+    dependents[:, 0] = np.where(chunk < chunks - 1, t + 1, next_step_first)
+    dependents[:, 1] = np.where(~last_step, ((step + 1) * n + (rank + 1) % n) * chunks + chunk, -1)
+    return RingBlock(
+        sizes=split_bytes(segment_bytes, chunks, chunk),
+        rank=rank,
+        dependents=dependents,
+        prerequisites=((chunk > 0) | (step > 0)).astype(np.int32) + (step > 0),
+    )
+
+
+def ring_sent_bytes(n: int, job: JobSpec, steps: int) -> np.ndarray:
+    """int64 [n]: the bytes each rank of a ring job sends over the whole job (what `ring_block`'s
+    transfers of that rank add up to), in O(n)."""
+    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))
+    # Step s of rank r carries segment (r - s) mod n: a window of `steps` segments ending at r.
+    tiled = np.r_[0, np.cumsum(np.tile(segment_bytes, steps // n + 2))]
+    end = np.arange(n) + (steps // n + 1) * n + 1  # one past segment r, in a later tile
+    return (tiled[end] - tiled[end - steps]) * max(1, job.iterations)
+
+
 def ring_transfers(hosts: np.ndarray, job: JobSpec, steps: int) -> JobTransfers:
     """Ring collectives (n ranks, rank i sends to rank (i+1) % n over one connection).
 
@@ -158,30 +207,20 @@ def ring_transfers(hosts: np.ndarray, job: JobSpec, steps: int) -> JobTransfers:
       the same ECMP paths: sequential flowlets); the steps simply continue.
     """
     n, chunks, iterations = len(hosts), max(1, job.chunks), max(1, job.iterations)
-    total_steps = steps * iterations
-    t = np.arange(total_steps * n * chunks, dtype=np.int64)
-    step, rank, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
-    segment = (rank - step % steps) % n
-    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[segment]
-    sizes = split_bytes(segment_bytes, chunks, chunk)
-    # Each transfer's dependents, by prerequisite (the order workload.py files them in: no sort):
-    # the next transfer of its connection (a connection sends in order; it only has to have left),
-    # then chunk k of the next step on rank i+1, which forwards what it received (arrival).
-    last_step = step == total_steps - 1
-    dependents = np.full((len(t), 2), -1, dtype=np.int64)
-    next_step_first = np.where(~last_step, ((step + 1) * n + rank) * chunks, -1)
-    dependents[:, 0] = np.where(chunk < chunks - 1, t + 1, next_step_first)
-    dependents[:, 1] = np.where(~last_step, ((step + 1) * n + (rank + 1) % n) * chunks + chunk, -1)
-    kept = dependents.ravel() >= 0
+    count = steps * iterations * n * chunks
+    block = ring_block(n, job, steps, 0, count)
+    t = np.arange(count, dtype=np.int64)
+    # Each transfer's dependents, by prerequisite (the order workload.py files them in: no sort).
+    kept = block.dependents.ravel() >= 0
     edges = np.empty((int(kept.sum()), 3), dtype=np.int64)
     edges[:, 0] = np.repeat(t, 2)[kept]
-    edges[:, 1] = dependents.ravel()[kept]
+    edges[:, 1] = block.dependents.ravel()[kept]
     edges[:, 2] = np.tile(np.array([0, 1]), len(t))[kept]
     return JobTransfers(
-        sizes=sizes,
-        source=hosts[rank],
-        destination=hosts[(rank + 1) % n],
-        connection=rank,
+        sizes=block.sizes,
+        source=hosts[block.rank],
+        destination=hosts[(block.rank + 1) % n],
+        connection=block.rank,
         release_ns=np.full(len(t), job.start_ns, dtype=np.int64),
         edges=edges,
     )

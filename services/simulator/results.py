@@ -207,14 +207,19 @@ def job_outcome(
     plan: JobPlan,
     workload: Workload,
     job_index: int,
-    finish_ns: np.ndarray,
+    finish_ns: np.ndarray | int,
     ideal_ns: int,
     host_names: list[str],
 ) -> JobOutcome:
-    """Completion, algbw and busbw of one job from its flows' finish times."""
-    finish = finish_ns[workload.flow_job == job_index]
-    completed = bool(len(finish)) and bool((finish >= 0).all())
-    completion = int(finish.max() - plan.start_ns) if completed else 0
+    """Completion, algbw and busbw of one job from its flows' finish times (`finish_ns`: of every
+    flow of the workload; or, one number, the job's last flow's, -1 if some flow never finished)."""
+    if isinstance(finish_ns, int):
+        completed, latest = finish_ns >= 0, finish_ns
+    else:
+        finish = finish_ns[workload.flow_job == job_index]
+        completed = bool(len(finish)) and bool((finish >= 0).all())
+        latest = int(finish.max()) if completed else -1
+    completion = int(latest - plan.start_ns) if completed else 0
     per_iteration = completion / plan.iterations
     algbw = plan.size_bytes * 8 / per_iteration if completion > 0 else 0.0
     ranks = len(plan.hosts)

@@ -38,8 +38,12 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import (
     RING_COLLECTIVES,
     JobTransfers,
+    RingBlock,
     collective_transfers,
     pipeline_chunks,
+    ring_block,
+    ring_sent_bytes,
+    ring_steps,
     ring_transfers,
     split_bytes,
 )
@@ -47,16 +51,31 @@ from services.simulator.ecmp_hash import murmur3_32
 from services.simulator.pinning import PathResolver
 from services.simulator.placement import HostDirectory, place_job
 from services.simulator.sharp import aggregation_tree, sharp_transfers
-from services.simulator.spec import Algorithm, Collective, JobSpec, SimulationSpec, job_labels
+from services.simulator.spec import (
+    Algorithm,
+    Collective,
+    Fidelity,
+    JobSpec,
+    SimulationSpec,
+    Transport,
+    job_labels,
+)
 
 __all__ = [
+    "STREAM_ABOVE_TRANSFERS",
+    "STREAM_BLOCKS_HELD",
+    "STREAM_BLOCK_TRANSFERS",
     "JobPlan",
+    "RingStream",
     "Workload",
     "build_workload",
     "connection_workload",
     "gather_rows",
     "place_jobs",
     "split_bytes",
+    "stream_block",
+    "stream_head",
+    "streamable",
     "udp_source_port",
     "wire_bytes",
 ]
@@ -78,6 +97,61 @@ class JobPlan:
     flow_count: int
     algorithm: Algorithm = Algorithm.RING
     chunks: int = 1  # pipeline chunks actually used (`chunks` 0 resolved to the algorithm's default)
+
+
+# A PACKET run of more transfers than this is generated block by block (`RingStream`) where it can be.
+STREAM_ABOVE_TRANSFERS = 4_000_000
+# Transfers a streamed run generates at a time (whole steps, at least two): each block costs the
+# run a return to Python and a scan of its slots (~1 ms at 8,192 ranks: ~2,000 blocks in a run).
+STREAM_BLOCK_TRANSFERS = 65536
+# Blocks' worth of transfers a streamed run holds at most, as measured (admission.py): the block
+# being generated, the steps in flight behind it, and slots not yet collected.
+STREAM_BLOCKS_HELD = 8
+
+
+@dataclasses.dataclass
+class RingStream:
+    """The transfers of a workload's one ring job, generated block by block as a PACKET run goes
+    (`collectives.ring_block`) instead of held: a 64 MiB ring over 8,192 ranks is 134M transfers.
+
+    The workload's own arrays are then the job's connections (`connection_workload`: transfer r is
+    rank r's connection, flow r * qps + i its QP i), which is all that routing needs; a transfer
+    of the job is (step, rank, chunk) in `ring_block`'s order, its flow i is QP i of its rank.
+    """
+
+    job: JobSpec
+    ranks: int
+    steps: int  # per iteration
+    qps: int  # flows per transfer
+    transfers: int  # of the whole job
+    block_transfers: int = STREAM_BLOCK_TRANSFERS  # generated at a time, rounded up to whole steps
+
+    @property
+    def block(self) -> int:
+        """Transfers generated at a time: whole steps, at least two (a step's dependents are all in
+        the next one)."""
+        return stream_block(self.ranks, self.job, self.block_transfers)
+
+    @property
+    def flows(self) -> int:
+        return self.transfers * self.qps
+
+    def transfers_in(self, lo: int, hi: int) -> RingBlock:
+        return ring_block(self.ranks, self.job, self.steps, lo, hi)
+
+    def flow_sizes(self, transfer_sizes: np.ndarray) -> np.ndarray:
+        """int64 [m, qps]: each transfer's bytes split over its QPs, as the held workload splits them."""
+        return split_bytes(transfer_sizes[:, None], self.qps, np.arange(self.qps)[None, :])
+
+    def largest_flow_bytes(self) -> int:
+        """Bytes of the job's largest flow (the first QP of the first chunk of a largest segment)."""
+        segment = -(-self.job.size_bytes // self.ranks)
+        chunk = -(-segment // max(1, self.job.chunks))
+        return -(-chunk // self.qps)
+
+    def sent_bytes(self) -> np.ndarray:
+        """int64 [ranks]: the bytes each rank sends over the job."""
+        return ring_sent_bytes(self.ranks, self.job, self.steps)
 
 
 @dataclasses.dataclass
@@ -110,6 +184,8 @@ class Workload:
     flow_rate_bps: np.ndarray | None = None
     # Node names, when a flow ends at a switch (endpoint num_hosts + node); else empty.
     endpoint_names: list[str] = dataclasses.field(default_factory=list)
+    # A ring generated as the run goes: these arrays are then its connections only (RingStream).
+    stream: RingStream | None = None
 
     @property
     def transfer_count(self) -> int:
@@ -247,9 +323,91 @@ def place_jobs(spec: SimulationSpec, snapshot: FabricSnapshot) -> list[np.ndarra
     return _place(spec, snapshot)[0]
 
 
-def build_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
-    """Place every job's ranks and generate its transfers and flows (spec already validated)."""
+def build_workload(
+    spec: SimulationSpec, snapshot: FabricSnapshot, stream_above: int = STREAM_ABOVE_TRANSFERS
+) -> Workload:
+    """Place every job's ranks and generate its transfers and flows (spec already validated); a
+    run `streamable` with more than `stream_above` transfers gets its connections and a RingStream."""
+    if streamable(spec) and _ring_transfer_count(spec.jobs[0]) > stream_above:
+        return _stream(spec, snapshot)
     return _build(spec, snapshot, connections=False)
+
+
+def streamable(spec: SimulationSpec) -> bool:
+    """Whether the PACKET engine can run `spec` generating its transfers as it goes: one ring job
+    (AllReduce, ReduceScatter or AllGather by RING), on RoCEv2 with no Go-Back-N, DCQCN, faults or
+    test hooks (whose state outlives a flow's last packet, or names flows by index)."""
+    return (
+        spec.fidelity == Fidelity.PACKET
+        and len(spec.jobs) == 1
+        and spec.jobs[0].collective in RING_COLLECTIVES
+        and spec.jobs[0].algorithm == Algorithm.RING
+        and spec.transport == Transport.ROCEV2
+        and not (spec.window_bytes or spec.dcqcn or spec.faults or spec.drop_once or spec.mark_once)
+    )
+
+
+def stream_head(workload: Workload, flows: int) -> tuple[Workload, np.ndarray]:
+    """The first `flows` flows of a streamed workload (whole transfers), as a held workload with no
+    dependencies (for their per-flow results); and each one's QP row (its flow in `workload`)."""
+    stream = workload.stream
+    assert stream is not None
+    transfers = -(-min(flows, stream.flows) // stream.qps)
+    block = stream.transfers_in(0, transfers)
+    row = (block.rank[:, None] * stream.qps + np.arange(stream.qps)).ravel()
+    count = len(row)
+    offsets = np.arange(transfers + 1, dtype=np.int64) * stream.qps
+    head = Workload(
+        jobs=workload.jobs,
+        transfer_job=np.zeros(transfers, dtype=np.int32),
+        transfer_release_ns=np.full(transfers, stream.job.start_ns, dtype=np.int64),
+        transfer_prerequisites=np.zeros(transfers, dtype=np.int32),
+        dependent_offsets=np.zeros(transfers + 1, dtype=np.int64),
+        dependents=np.zeros(0, dtype=np.int32),
+        dependent_needs_arrival=np.zeros(0, dtype=bool),
+        transfer_flow_offsets=offsets,
+        flow_job=np.zeros(count, dtype=np.int32),
+        flow_source=workload.flow_source[row],
+        flow_destination=workload.flow_destination[row],
+        flow_size_bytes=stream.flow_sizes(block.sizes).ravel(),
+        flow_source_port=workload.flow_source_port[row],
+        flow_destination_qp=workload.flow_destination_qp[row],
+        flow_qp=workload.flow_qp[row],
+    )
+    return head, row
+
+
+def stream_block(ranks: int, job: JobSpec, block_transfers: int = STREAM_BLOCK_TRANSFERS) -> int:
+    """Transfers a streamed ring of `ranks` generates at a time (RingStream.block)."""
+    step = ranks * max(1, job.chunks)
+    return step * max(2, -(-block_transfers // step))
+
+
+def _ring_transfer_count(job: JobSpec) -> int:
+    n = len(job.hosts) or job.rank_count
+    assert job.collective is not None
+    return ring_steps(job.collective, n) * max(1, job.iterations) * n * max(1, job.chunks)
+
+
+def _stream(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
+    """A streamable spec's workload: its ring's connections, the real job's plan, and its RingStream."""
+    workload = _build(spec, snapshot, connections=True)
+    job = spec.jobs[0]
+    assert job.collective is not None
+    plan = workload.jobs[0]
+    n = len(plan.hosts)
+    steps = ring_steps(job.collective, n)
+    qps = max(1, job.qps_per_connection)
+    transfers = _ring_transfer_count(job)
+    workload.jobs[0] = dataclasses.replace(
+        plan,
+        iterations=max(1, job.iterations),
+        steps_per_iteration=steps,
+        flow_count=transfers * qps,
+        chunks=max(1, job.chunks),
+    )
+    workload.stream = RingStream(job=job, ranks=n, steps=steps, qps=qps, transfers=transfers)
+    return workload
 
 
 def connection_workload(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:

@@ -30,6 +30,7 @@ from services.simulator.packet.state import (
     Series,
     Transfers,
 )
+from services.simulator.packet.stream import TransferPool
 from services.simulator.routes import FlowRoutes, RouteWalker, pinned_path_rows
 from services.simulator.spec import LoadBalancingSpec
 from services.simulator.workload import Workload
@@ -129,7 +130,8 @@ class EngineArrays:
         self.ch_pause_since = np.zeros(n_ch, dtype=np.int64)
         # Which flows used each channel: kept where the mode chooses per packet (where it pins, a flow's
         # route says it), within MAX_FLOW_BITS_BYTES (above it, `flows` counts the routes' flows).
-        kept = flow_bits_bytes(config.load_balancing, n_ch, flows)
+        # (Not in a streamed run: its flows reuse slots, and there are far too many for a bitset.)
+        kept = flow_bits_bytes(config.load_balancing, n_ch, flows) if workload.stream is None else 0
         self.ch_flow_bits = np.zeros((n_ch, -(-flows // 64) if kept else 0), dtype=np.uint64)
         self.cn = np.zeros((n_ch, L.CN_SIZE), dtype=np.int64)
         self.cn[:, L.CN_WAIT_SINCE] = -1
@@ -217,9 +219,18 @@ class EngineArrays:
         self.dep_off = workload.dependent_offsets.astype(np.int64)
         self.dep = workload.dependents.astype(np.int32)
         self.dep_arrival = workload.dependent_needs_arrival.astype(np.uint8)
+        # Held whole: slot = transfer index (the ends are views of the offsets, the map the identity).
+        self.t_flow_end = self.t_flow_off[1:]
+        self.dep_end = self.dep_off[1:]
+        self.dep_last = np.full(workload.transfer_count, -1, dtype=np.int64)
+        has = np.flatnonzero(np.diff(self.dep_off) > 0)
+        if len(has):
+            self.dep_last[has] = np.maximum.reduceat(self.dep, self.dep_off[has])
+        self.slot_of = np.arange(1 << max(0, int(workload.transfer_count - 1).bit_length()), dtype=np.int32)
 
         self._alloc_packets(4096)
         self.sc = np.zeros(L.SC_SIZE, dtype=np.int64)
+        self.sc[L.SC_MATERIALIZED] = workload.transfer_count
         self.sc[L.SC_FREE], self.sc[L.SC_FREE_COUNT] = 0, len(self.p_flow)
         self.sc[L.SC_ROB_FREE], self.sc[L.SC_ROB_FREE_COUNT] = 0, len(self.rob_next)
         self.pr = np.zeros(L.PR_SIZE, dtype=np.int64)
@@ -272,13 +283,18 @@ class EngineArrays:
         )
         self._alloc_heap(4096)  # grows with the events pending, not the transfers of the run
         # The first events: transfers with no prerequisite, at their release time.
-        ready = np.flatnonzero(self.t_pending == 0)
-        for t in ready:
-            self._push(int(self.t_release[t]), L.EV_RELEASE, int(t))
+        self.pool: TransferPool | None = None
+        if workload.stream is not None:  # the per-flow arrays so far are its QPs' templates
+            release = int(self.t_release.min(initial=0))
+            self.pool = TransferPool(self, workload.stream, config.mtu_bytes, release)
+            self.pool.materialize(self.schedule)
+        else:
+            for t in np.flatnonzero(self.t_pending == 0):
+                self.schedule(int(self.t_release[t]), L.EV_RELEASE, int(t))
         for event in config.link_events:
-            self._push(event.time_ns * 1000, L.EV_LINK, event.link << 1 | int(event.up))
+            self.schedule(event.time_ns * 1000, L.EV_LINK, event.link << 1 | int(event.up))
         for i, epoch in enumerate(config.reroutes):
-            self._push(epoch.time_ns * 1000, L.EV_REROUTE, i)
+            self.schedule(epoch.time_ns * 1000, L.EV_REROUTE, i)
 
     def install_routes(self, snapshot: FabricSnapshot, routes: FlowRoutes, flow_route: np.ndarray) -> None:
         """Forward by `snapshot`'s routes from now on (at the start, and at each routing epoch)."""
@@ -431,8 +447,8 @@ class EngineArrays:
         shift, buckets = wheel_geometry(max_tx, int(self.ch_delay_ps.max(initial=0)), len(self.ch_target))
         self.queue = new_queue(count, shift, buckets, self._config.seed)
 
-    def _push(self, time_ps: int, kind: int, arg: int) -> None:
-        # Python-side push for the initial events (sift-up as in the compiled heap).
+    def schedule(self, time_ps: int, kind: int, arg: int) -> None:
+        """Schedule an event from Python (the first ones; a streamed run's releases), as the loop does."""
         push(Heap(**self.queue), time_ps, kind, arg)
         self.sc[L.SC_HEAP] += 1
         if self.sc[L.SC_HEAP] + 8 >= queue_capacity(self.queue):
@@ -582,11 +598,15 @@ class EngineArrays:
                 self.t_pending,
                 self.t_release,
                 self.t_flow_off,
+                self.t_flow_end,
                 self.t_unsent,
                 self.t_unarrived,
                 self.dep_off,
+                self.dep_end,
                 self.dep,
                 self.dep_arrival,
+                self.dep_last,
+                self.slot_of,
             ),
             Packets(
                 self.p_flow,

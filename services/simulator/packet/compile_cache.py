@@ -43,7 +43,18 @@ _LOOP_INDEX = "loop.run_events-*.nbi"
 # Python-side modules: no compiled function imports them (tests/simulator/test_packet_compile_cache.py
 # checks it), so editing them needs no recompile. Every other module of the package is hashed.
 PYTHON_SIDE_MODULES = frozenset(
-    {"arrays", "config", "engine", "link_faults", "outcome", "report", "seam", "transport", "warm_up"}
+    {
+        "arrays",
+        "config",
+        "engine",
+        "link_faults",
+        "outcome",
+        "report",
+        "seam",
+        "stream",
+        "transport",
+        "warm_up",
+    }
 )
 
 

@@ -61,7 +61,11 @@ def simulate_packets(
     arrays = EngineArrays(snapshot, workload, routes, flow_route, config, interval_ps)
     check_cancelled(progress)
     loop_started = time.perf_counter()
-    total_bytes = max(1, int(workload.flow_size_bytes.sum()))
+    pool = arrays.pool  # a streamed ring: its transfers are generated as the loop asks
+    if workload.stream is not None:
+        total_bytes = max(1, int(workload.stream.sent_bytes().sum()))
+    else:
+        total_bytes = max(1, int(workload.flow_size_bytes.sum()))
     # The first run of this engine source compiles it (about a minute): say so to whoever waits, when
     # the progress callback can carry a stage (the service's WorkerProgress.report_stage).
     report_stage: Callable[[str], None] | None = getattr(progress, "report_stage", None)
@@ -76,14 +80,23 @@ def simulate_packets(
         if code == L.RC_DONE or code == L.RC_STOPPED:
             if code == L.RC_DONE and config.pfc and (arrays.f_finish < 0).any():
                 report_pause_deadlock(arrays, snapshot)
+            if code == L.RC_DONE and pool is not None and not pool.done:  # pragma: no cover - a bug
+                raise RuntimeError(f"the event queue ran dry with transfers {pool.next}.. never generated")
             break
+        if code == L.RC_MATERIALIZE:
+            assert pool is not None, "a held run has every transfer"
+            pool.materialize(arrays.schedule)
+            continue
         if code == L.RC_BUDGET:
             # PFC watchdog: Go-Back-N timers keep the heap from emptying in a deadlock.
             if config.pfc and arrays.ch_paused.any() and pause_cycle(arrays):
                 report_pause_deadlock(arrays, snapshot)
             check_progress(arrays, config)
             if progress is not None:
-                done = (arrays.f_recv.sum() + arrays.f_lost.sum()) / total_bytes
+                if pool is not None:
+                    done = pool.settled_bytes() / total_bytes
+                else:
+                    done = (arrays.f_recv.sum() + arrays.f_lost.sum()) / total_bytes
                 if not progress(min(0.99, float(done))):
                     raise Cancelled()
         elif code == L.RC_GROW_HEAP:

@@ -41,7 +41,9 @@ SC_XMIT_DISCARDS = 28  # packets a switch port threw away: its link was down (Po
 SC_WIRE_LOST = 29  # packets on a link's wire when it went down
 SC_EPOCH = 30  # the routing epoch whose reroute the loop returned for
 SC_MARK_DONE = 31  # the ECN test hook has marked its packet
-SC_SIZE = 32
+# Transfers with a lower index exist (all of them unless the run is generated as it goes: stream.py).
+SC_MATERIALIZED = 32
+SC_SIZE = 33
 
 # --- pr: parameters ---------------------------------------------------------------------------
 PR_MODE = 0
@@ -179,3 +181,5 @@ RC_STOPPED = 6  # the next event is after PR_STOP
 RC_LOOP = 7  # a packet exceeded PR_MAX_HOPS: the routes loop
 RC_NO_ROUTE = 8  # a switch has no usable next hop toward a packet's destination
 RC_REROUTE = 9  # a routing reaction is due: new forwarding tables (Python), then resume
+# The next event releases a transfer whose dependents do not exist yet: Python generates them (stream.py).
+RC_MATERIALIZE = 10

@@ -77,6 +77,7 @@ from services.simulator.packet.layout import (
     RC_GROW_PACKETS,
     RC_GROW_ROB,
     RC_LOOP,
+    RC_MATERIALIZE,
     RC_NO_ROUTE,
     RC_REROUTE,
     RC_STOPPED,
@@ -85,6 +86,7 @@ from services.simulator.packet.layout import (
     SC_EVENTS,
     SC_FREE_COUNT,
     SC_HEAP,
+    SC_MATERIALIZED,
     SC_NOW,
     SC_ROB_FREE_COUNT,
     SC_WIRE_LOST,
@@ -148,7 +150,7 @@ def _arrive(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk, p, now):
 
 
 @kernel
-def _room_needed(run, heap, ch):
+def _room_needed(run, heap, ch, tr):
     """A code asking Python for more room before the next event, or _NO_CODE."""
     sc, pr = run.sc, run.pr
     need_heap = 2 * pr[PR_MAX_FLOWS_PER_TRANSFER] + pr[PR_MAX_DEPENDENTS] + 8
@@ -163,6 +165,8 @@ def _room_needed(run, heap, ch):
     next_t, next_kind, next_arg, _ = peek(heap)
     if pr[PR_STOP] > 0 and next_t > pr[PR_STOP]:
         return RC_STOPPED
+    if next_kind == EV_RELEASE and tr.dep_last[next_arg] >= sc[SC_MATERIALIZED]:
+        return RC_MATERIALIZE  # its transfer's dependents must exist before it can end
     if pr[PR_LINK_EVENTS] == 1 and next_kind == EV_LINK:
         # Taking a link down discards its queues: each packet may return a credit and finish a
         # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
@@ -183,7 +187,7 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
     while sc[SC_HEAP] > 0:
         if sc[SC_EVENTS] >= budget_end:
             return RC_BUDGET
-        code = _room_needed(run, heap, ch)
+        code = _room_needed(run, heap, ch, tr)
         if code != _NO_CODE:
             return code
         now, kind, arg = pop(heap)
@@ -221,7 +225,7 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
                     ch.txd_pending[c] = 1
                     schedule(heap, sc, ch.free_at[c], EV_TX_DONE, c)
         elif kind == EV_RELEASE:
-            for f in range(tr.flow_off[arg], tr.flow_off[arg + 1]):
+            for f in range(tr.flow_off[arg], tr.flow_end[arg]):
                 activate(run, heap, ch, series, fl, rob, qps, tr, pk, f, now)
         elif kind == EV_ACK:
             nic = ack_arrives(run, ch, fl, arg, now)

@@ -25,6 +25,7 @@ from services.simulator.engine import RunFabric
 from services.simulator.faults import DEFAULT_RETRANSMIT_TIMEOUT_NS, FaultKind, FaultSpec, resolve_link
 from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.modes import mode_of
+from services.simulator.packet import layout as L
 from services.simulator.packet.config import LinkLoss, PacketEngineConfig
 from services.simulator.packet.engine import simulate_packets
 from services.simulator.packet.link_faults import link_fault_plan
@@ -42,7 +43,7 @@ from services.simulator.spec import (
     Transport,
     wire_overhead_bytes,
 )
-from services.simulator.workload import Workload
+from services.simulator.workload import Workload, stream_head
 
 __all__ = ["DEFAULT_BUFFER_BYTES", "packet_model_notes", "run_packet_simulation"]
 
@@ -174,7 +175,9 @@ def run_packet_simulation(
     from_host = snapshot.node_kind[snapshot.channel_source()] != _NODE_KIND_SWITCH
     slowest_host_link = float(snapshot.channel_rate_bps()[from_host].min())
     # A flow smaller than one MTU travels in one smaller packet: its store-and-forward is shorter.
-    packet_bytes = np.minimum(spec.mtu_bytes, workload.flow_size_bytes) + header
+    # (A streamed ring's flows here are its QPs: each stands for its largest flow.)
+    sizes = workload.flow_size_bytes if workload.stream is None else workload.stream.largest_flow_bytes()
+    packet_bytes = np.minimum(spec.mtu_bytes, sizes) + header
     packet_ns = packet_bytes * 8e9 / slowest_host_link
     hops_after_first = (_hops(routes) - 1).clip(min=0)[flow_route]
     # In fractions of a ns: the closed form is rounded up once, at the end (a ring's 2(n-1) steps
@@ -244,6 +247,8 @@ def run_packet_simulation(
     crossing = np.zeros(snapshot.num_channels)
     row = np.repeat(np.arange(len(routes.offsets) - 1), np.diff(routes.offsets))
     flows_per_route = np.bincount(flow_route, minlength=len(routes.offsets) - 1)
+    if workload.stream is not None:  # each of its QPs carries one flow of every transfer of its rank
+        flows_per_route *= workload.stream.transfers // workload.stream.ranks
     np.add.at(crossing, routes.channels, flows_per_route[row])
     capacity_bits = rate * max(1, run.end_ns) / 1e9
     totals = ChannelTotals(
@@ -264,7 +269,7 @@ def run_packet_simulation(
     )
     notes = packet_model_notes(spec, header, buffer) + link_notes
     if run.packets_dropped:
-        lost_flows = int((run.flow_lost_bytes > 0).sum())
+        lost_flows = run.streamed.lost_flows if run.streamed else int((run.flow_lost_bytes > 0).sum())
         notes.append(
             f"{run.packets_dropped} packets dropped; {lost_flows} flows lost bytes that no transport resent, "
             "so their completion times are when their last packet was delivered or dropped."
@@ -274,9 +279,24 @@ def run_packet_simulation(
             f"{run.reorder_overflow_packets} packets arrived more than the 512-packet reorder window ahead; "
             "the reorder-buffer peak does not include them."
         )
+    streamed: dict = {}
+    kept_route = flow_route
+    if run.streamed is not None:  # per-flow results of its first flows; the jobs from its totals
+        head, qp_row = stream_head(workload, len(run.flow_finish_ns))
+        kept_route = flow_route[qp_row]
+        last = run.streamed.last_finish if run.streamed.unfinished == 0 else -1
+        streamed = {
+            "flow_workload": head,
+            "job_finish_ns": [-(-last // 1000) if last >= 0 else -1],
+            "flow_count": run.streamed.count,
+        }
+        notes.append(
+            f"The ring's {run.streamed.count} flows were generated as the run went (a few steps at a "
+            f"time) and each freed once done; per-flow results list its first {len(head.flow_job)}."
+        )
     measured = EngineRun(
         routes=routes,
-        flow_route=flow_route,
+        flow_route=kept_route,
         flow_start_ns=run.flow_start_ns,
         flow_finish_ns=run.flow_finish_ns,
         end_ns=run.end_ns,
@@ -297,6 +317,7 @@ def run_packet_simulation(
         },
         job_counters=_job_counters(workload, run),
         phase_seconds=phases,
+        **streamed,
     )
     return assemble_outcome(spec, snapshot, workload, measured, started)
 
@@ -344,6 +365,14 @@ def _channel_counters(run: PacketRun, carried: np.ndarray) -> dict[str, np.ndarr
 
 
 def _job_counters(workload: Workload, run: PacketRun) -> list[dict[str, int]]:
+    if run.streamed is not None:  # one job
+        return [
+            {
+                "retransmitted_packets": int(run.streamed.fi_sum[L.FI_RESENT]),
+                "retransmitted_bytes": int(run.streamed.fi_sum[L.FI_RESENT_BYTES]),
+                "max_recovery_ns": run.streamed.max_recovery_ps // 1000,
+            }
+        ]
     job_of_flow = np.repeat(workload.transfer_job, np.diff(workload.transfer_flow_offsets))
     counters = []
     for j in range(len(workload.jobs)):

@@ -12,6 +12,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.packet import layout as L
 from services.simulator.packet.arrays import EngineArrays
 from services.simulator.packet.config import PacketEngineConfig
+from services.simulator.packet.stream import StreamedFlows
 
 __all__ = ["STALL_NS", "PacketRun", "check_progress", "pause_cycle", "report_pause_deadlock", "run_result"]
 
@@ -100,6 +101,8 @@ class PacketRun:
     )  # int64 [F]: its packets full switch buffers dropped
     # int64 [C]: flows whose packets crossed each channel (empty: not kept; count the routes' flows)
     channel_flows: np.ndarray = dataclasses.field(default_factory=_empty)
+    # A streamed run (stream.py): the per-flow arrays above are its first flows; this has the totals.
+    streamed: StreamedFlows | None = None
 
 
 STALL_NS = 1_000_000_000  # no delivery for this long, nothing scheduled to change: the run is stuck
@@ -172,16 +175,21 @@ def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
     interval_ps = int(a.pr[L.PR_INTERVAL])
     end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
     used_bins = max(1, -(-end_ps // interval_ps))
-    finish = np.where(a.f_finish >= 0, -(-a.f_finish // 1000), -1)
+    streamed = a.pool.finish() if a.pool is not None else None
+    if streamed is not None:  # its first flows, whole; the rest are in its totals
+        start, finish, lost, fi = streamed.start, streamed.finish, streamed.lost, streamed.fi
+    else:
+        start, finish, lost, fi = a.f_start, a.f_finish, a.f_lost, a.fi
+    finish = np.where(finish >= 0, -(-finish // 1000), -1)
     bits = a.ch_flow_bits
     channel_flows = np.bitwise_count(bits).sum(axis=1, dtype=np.int64) if bits.shape[1] else _empty()
     return PacketRun(
         channel_flows=channel_flows,
         end_ns=-(-end_ps // 1000),
         time_limited=stopped,
-        flow_start_ns=np.where(a.f_start >= 0, a.f_start // 1000, -1),
+        flow_start_ns=np.where(start >= 0, start // 1000, -1),
         flow_finish_ns=finish,
-        flow_lost_bytes=a.f_lost.copy(),
+        flow_lost_bytes=lost.copy(),
         interval_ns=interval_ps // 1000,
         channel_bytes=a.s_bytes[:used_bins].T.copy(),
         channel_mean_queue=a.s_qint[:used_bins].T.astype(np.float64) / interval_ps,
@@ -223,12 +231,13 @@ def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
         channel_link_downed=a.cn[:, L.CN_LINK_DOWNED].copy(),
         channel_wire_lost=a.cn[:, L.CN_WIRE_LOST].copy(),
         channel_peak_ingress=a.cn[:, L.CN_PEAK_INGRESS].copy(),
-        flow_retransmitted=a.fi[:, L.FI_RESENT].copy(),
-        flow_retransmitted_bytes=a.fi[:, L.FI_RESENT_BYTES].copy(),
-        flow_recovery_ns=_recovery_ns(a),
-        flow_cnp_sent=a.fi[:, L.FI_CNP_SENT].copy(),
-        flow_cnp_handled=a.fi[:, L.FI_CNP_HANDLED].copy(),
-        flow_dropped=a.fi[:, L.FI_DROPS].copy(),
+        flow_retransmitted=fi[:, L.FI_RESENT].copy(),
+        flow_retransmitted_bytes=fi[:, L.FI_RESENT_BYTES].copy(),
+        flow_recovery_ns=_recovery_ns(fi, int(sc[L.SC_NOW])),
+        flow_cnp_sent=fi[:, L.FI_CNP_SENT].copy(),
+        flow_cnp_handled=fi[:, L.FI_CNP_HANDLED].copy(),
+        flow_dropped=fi[:, L.FI_DROPS].copy(),
+        streamed=streamed,
     )
 
 
@@ -254,8 +263,7 @@ def _xmit_wait_ns(a: EngineArrays) -> np.ndarray:
     return wait // 1000
 
 
-def _recovery_ns(a: EngineArrays) -> np.ndarray:
+def _recovery_ns(fi: np.ndarray, now: int) -> np.ndarray:
     # A recovery still open at the end (a time-limited run) counts until then.
-    now = int(a.sc[L.SC_NOW])
-    open_ = a.fi[:, L.FI_REC_START] >= 0
-    return (a.fi[:, L.FI_REC_PS] + np.where(open_, now - a.fi[:, L.FI_REC_START], 0)) // 1000
+    open_ = fi[:, L.FI_REC_START] >= 0
+    return (fi[:, L.FI_REC_PS] + np.where(open_, now - fi[:, L.FI_REC_START], 0)) // 1000

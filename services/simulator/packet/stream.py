@@ -1,0 +1,301 @@
+"""A ring generated as the run goes: transfers and flows live in slots, reused once done.
+
+A 64 MiB ring AllReduce over 8,192 ranks is 134M transfers; held whole, the engine's per-transfer
+and per-flow state would take tens of GB. A streamed workload (`workload.RingStream`) instead gives
+the engine its connections (one flow per QP: the per-QP *templates* of every flow's destination,
+forwarding slot, NIC port, path and ACK latency) and `TransferPool` keeps only the transfers that
+exist now in slots of the engine's transfer and flow arrays:
+
+- Materialising: the loop returns `RC_MATERIALIZE` before it releases a transfer whose dependents
+  do not exist yet (layout.SC_MATERIALIZED: transfers below that index exist). Python then fills
+  the next block of transfers (`ring_block`, whole steps at a time) into free slots. A prerequisite
+  completes only after it was released, so every dependent exists before any prerequisite of it
+  can count it down: pending counts start at the transfer's whole number of prerequisites.
+- Freeing: with no Go-Back-N, DCQCN or faults (`workload.streamable`), a flow every byte of which
+  was delivered or dropped holds nothing the loop still uses (no packet, timer or reorder window;
+  it left its NIC's ring when its last packet was sent), and its transfer has released its
+  dependents. When the free slots run short, a scan collects the transfers whose flows are all
+  accounted, folds their flows' results into the run's totals (`StreamedFlows`) and frees them.
+- Slots are handed out lowest first and the first block holds every transfer with no prerequisite,
+  so a streamed run schedules the same events in the same order as the same ring held whole: the
+  results are identical (tests/simulator/test_stream.py), while the memory follows the transfers
+  in flight (a few steps of the ring) instead of the run.
+
+A transfer's dependents are kept by index; `slot_of` maps an index to its slot (a power-of-two map
+over the indices in flight, rebuilt larger when they span more than half of it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from services.simulator.packet import layout as L
+from services.simulator.results import FLOW_RESULTS_LIMIT
+from services.simulator.workload import RingStream
+
+__all__ = ["StreamedFlows", "TransferPool"]
+
+# Arrays of one entry per flow slot, and their value in a free slot (arrays.py names them).
+_FLOW_ARRAYS = {
+    "f_dst_node": 0,
+    "f_dst_slot": 0,
+    "f_size": 0,
+    "f_sent": 0,
+    "f_recv": 0,
+    "f_lost": 0,
+    "f_next_seq": 0,
+    "f_first_ch": 0,
+    "f_start": -1,
+    "f_finish": 0,  # a free slot counts as finished (watchdogs count the unfinished flows)
+    "f_transfer": -1,
+    "act_next": -1,
+    "act_prev": -1,
+    "f_rob_slot": -1,
+    "f_rob_bytes": 0,
+    "f_npkts": 0,
+    "f_snd_nxt": 0,
+    "f_snd_una": 0,
+    "f_high": 0,
+    "f_linked": 0,
+    "f_left": 0,
+    "f_nak": 0,
+    "f_since_ack": 0,
+    "f_rto_at": -1,
+    "f_ack_lat": 1,
+    "fi": 0,
+    "f_qp": 0,
+    "f_path_off": 0,
+    "f_path_end": 0,
+}
+# Per-QP templates a flow slot copies from its QP's row.
+_TEMPLATES = ("f_dst_node", "f_dst_slot", "f_first_ch", "f_ack_lat", "f_qp", "f_path_off", "f_path_end")
+_TRANSFER_ARRAYS = {
+    "t_pending": 0,
+    "t_release": 0,
+    "t_unsent": 0,
+    "t_unarrived": 0,
+    "dep_last": -1,
+    "t_index": -1,  # the transfer a slot holds (-1: free)
+}
+_TRANSFER_DTYPES = {"t_pending": np.int32, "t_unsent": np.int32, "t_unarrived": np.int32}
+_DEPENDENTS = 2  # a ring transfer's: the next on its connection, the next step on rank + 1
+
+
+@dataclasses.dataclass
+class StreamedFlows:
+    """What a streamed run keeps of its flows: the first `FLOW_RESULTS_LIMIT` whole (by flow index,
+    as a held run numbers them), and totals over all."""
+
+    count: int
+    start: np.ndarray  # int64 [kept], ps (-1: never started)
+    finish: np.ndarray  # int64 [kept], ps (-1: unfinished)
+    lost: np.ndarray  # int64 [kept] bytes
+    fi: np.ndarray  # int64 [kept, FI_SIZE]
+    last_finish: int = -1  # ps, latest finish of any flow
+    unfinished: int = 0  # flows that never finished
+    lost_flows: int = 0  # flows that lost bytes
+    fi_sum: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(L.FI_SIZE, dtype=np.int64))
+    settled_bytes: int = 0  # bytes of freed flows delivered or lost (progress)
+
+    max_recovery_ps: int = 0  # longest Go-Back-N recovery of a flow
+
+    @classmethod
+    def empty(cls, count: int, qps: int) -> StreamedFlows:
+        kept = min(count, -(-FLOW_RESULTS_LIMIT // qps) * qps)  # whole transfers
+        fi = np.zeros((kept, L.FI_SIZE), dtype=np.int64)
+        fi[:, L.FI_REC_START] = -1
+        return cls(
+            count,
+            np.full(kept, -1, dtype=np.int64),
+            np.full(kept, -1, dtype=np.int64),
+            np.zeros(kept, dtype=np.int64),
+            fi,
+        )
+
+    def fold(self, index: np.ndarray, start, finish, lost, fi) -> None:
+        """Results of flows `index` (their final values) into the totals and the kept ones."""
+        if not len(index):
+            return
+        done = finish >= 0
+        self.unfinished += int((~done).sum())
+        if done.any():
+            self.last_finish = max(self.last_finish, int(finish[done].max()))
+        self.lost_flows += int((lost > 0).sum())
+        self.fi_sum += fi.sum(axis=0)
+        self.max_recovery_ps = max(self.max_recovery_ps, int(fi[:, L.FI_REC_PS].max()))
+        kept = index < len(self.start)
+        if kept.any():
+            at = index[kept]
+            self.start[at], self.finish[at], self.lost[at], self.fi[at] = (
+                start[kept],
+                finish[kept],
+                lost[kept],
+                fi[kept],
+            )
+
+
+class TransferPool:
+    """The slots of a streamed run's transfers and flows, inside `arrays` (an EngineArrays whose
+    per-flow arrays hold one row per QP of the stream's connections when this is built)."""
+
+    def __init__(self, arrays, stream: RingStream, mtu_bytes: int, release_ps: int) -> None:
+        self.a, self.stream, self.mtu = arrays, stream, mtu_bytes
+        self.release_ps = release_ps
+        self.q = stream.qps
+        self.block = stream.block
+        self.next = 0  # transfers below this index exist
+        self.templates = {name: getattr(arrays, name) for name in _TEMPLATES}
+        self.flows = StreamedFlows.empty(stream.flows, stream.qps)
+        capacity = min(stream.transfers, 2 * self.block)
+        for name, fill in _TRANSFER_ARRAYS.items():  # the held run's dtypes: one compiled loop
+            setattr(arrays, name, np.full(capacity, fill, dtype=_TRANSFER_DTYPES.get(name, np.int64)))
+        self._flow_arrays(capacity)
+        arrays.dep = np.full(capacity * _DEPENDENTS, -1, dtype=np.int32)
+        arrays.dep_arrival = np.tile(np.array([0, 1], dtype=np.uint8), capacity)
+        self._offsets(capacity)
+        self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: lowest slot on top
+        arrays.slot_of = np.zeros(_power_of_two(4 * capacity), dtype=np.int32)
+        arrays.pr[L.PR_MAX_FLOWS_PER_TRANSFER] = self.q
+        arrays.pr[L.PR_MAX_DEPENDENTS] = _DEPENDENTS
+
+    def _flow_arrays(self, capacity: int) -> None:
+        a = self.a
+        for name, fill in _FLOW_ARRAYS.items():
+            template = getattr(a, name)
+            shape = (capacity * self.q, *template.shape[1:])
+            setattr(a, name, np.full(shape, fill, dtype=template.dtype))
+
+    def _offsets(self, capacity: int) -> None:
+        a = self.a
+        slots = np.arange(capacity, dtype=np.int64)
+        a.t_flow_off, a.t_flow_end = slots * self.q, slots * self.q + self.q
+        a.dep_off, a.dep_end = slots * _DEPENDENTS, slots * _DEPENDENTS + _DEPENDENTS
+
+    @property
+    def done(self) -> bool:
+        return self.next >= self.stream.transfers
+
+    def materialize(self, push) -> None:
+        """The next block of transfers into free slots (freeing or adding slots first if short);
+        `push(time_ps, kind, arg)` schedules the release of those with no prerequisite."""
+        a, stream = self.a, self.stream
+        lo = self.next
+        hi = min(stream.transfers, lo + self.block)
+        if hi <= lo:
+            return
+        count = hi - lo
+        if len(self.free) < count:
+            self.collect()
+        if len(self.free) < count:
+            self._grow(count)
+        slots = self.free[len(self.free) - count :][::-1].copy()
+        self.free = self.free[: len(self.free) - count]
+        block = stream.transfers_in(lo, hi)
+        index = np.arange(lo, hi, dtype=np.int64)
+        self._map(index, slots)
+        a.t_index[slots] = index
+        a.t_pending[slots] = block.prerequisites
+        a.t_release[slots] = self.release_ps
+        a.t_unsent[slots] = self.q
+        a.t_unarrived[slots] = self.q
+        a.dep_last[slots] = block.dependents.max(axis=1)
+        a.dep[(slots[:, None] * _DEPENDENTS + np.arange(_DEPENDENTS)).ravel()] = block.dependents.ravel()
+        # A ring's missing dependents (-1: its last step) come last: the row ends before them.
+        a.dep_end[slots] = slots * _DEPENDENTS + (block.dependents >= 0).sum(axis=1)
+        flows = (slots[:, None] * self.q + np.arange(self.q)).ravel()
+        rows = (block.rank[:, None] * self.q + np.arange(self.q)).ravel()
+        sizes = stream.flow_sizes(block.sizes).ravel()
+        for name, template in self.templates.items():
+            getattr(a, name)[flows] = template[rows]
+        for name, fill in _FLOW_ARRAYS.items():
+            if name not in self.templates:
+                getattr(a, name)[flows] = fill
+        a.fi[flows, L.FI_REC_START] = -1
+        a.f_finish[flows] = -1
+        a.f_size[flows] = sizes
+        a.f_npkts[flows] = -(-sizes // self.mtu)
+        a.f_transfer[flows] = np.repeat(slots, self.q)
+        self.next = hi
+        a.sc[L.SC_MATERIALIZED] = hi
+        for slot in slots[block.prerequisites == 0]:
+            push(self.release_ps, L.EV_RELEASE, int(slot))
+
+    def collect(self) -> None:
+        """Free the slots of transfers whose every flow is accounted, their results folded first."""
+        a = self.a
+        done = np.flatnonzero((a.t_index >= 0) & (a.t_unarrived == 0))
+        self._release(done)
+
+    def finish(self) -> StreamedFlows:
+        """At the end of the run: every transfer still in a slot, folded (finished or not); those a
+        time-limited run never generated count as unfinished."""
+        self._release(np.flatnonzero(self.a.t_index >= 0))
+        self.flows.unfinished += (self.stream.transfers - self.next) * self.q
+        self.next = self.stream.transfers
+        return self.flows
+
+    def settled_bytes(self) -> int:
+        """Bytes delivered or lost so far, of every flow (progress)."""
+        a = self.a
+        return self.flows.settled_bytes + int(a.f_recv.sum() + a.f_lost.sum())
+
+    def _release(self, slots: np.ndarray) -> None:
+        a = self.a
+        if not len(slots):
+            return
+        flows = (slots[:, None] * self.q + np.arange(self.q)).ravel()
+        index = (a.t_index[slots][:, None] * self.q + np.arange(self.q)).ravel()
+        self.flows.fold(index, a.f_start[flows], a.f_finish[flows], a.f_lost[flows], a.fi[flows])
+        self.flows.settled_bytes += int(a.f_recv[flows].sum() + a.f_lost[flows].sum())
+        for name, fill in _FLOW_ARRAYS.items():
+            getattr(a, name)[flows] = fill
+        a.t_index[slots] = -1
+        a.t_unarrived[slots] = 0
+        a.t_unsent[slots] = 0
+        a.dep_last[slots] = -1
+        # Freed slots go under the free ones already there: handed out after them, lowest first.
+        self.free = np.concatenate([np.sort(slots)[::-1], self.free])
+
+    def _grow(self, needed: int) -> None:
+        a = self.a
+        old = len(a.t_index)
+        capacity = old
+        while capacity - old + len(self.free) < needed:
+            capacity *= 2
+        extra = capacity - old
+        for name, fill in _TRANSFER_ARRAYS.items():
+            array = getattr(a, name)
+            setattr(a, name, np.concatenate([array, np.full(extra, fill, dtype=array.dtype)]))
+        for name, fill in _FLOW_ARRAYS.items():
+            array = getattr(a, name)
+            more = np.full((extra * self.q, *array.shape[1:]), fill, dtype=array.dtype)
+            setattr(a, name, np.concatenate([array, more]))
+        a.dep = np.concatenate([a.dep, np.full(extra * _DEPENDENTS, -1, dtype=a.dep.dtype)])
+        a.dep_arrival = np.tile(np.array([0, 1], dtype=np.uint8), capacity)
+        ends = a.dep_end
+        self._offsets(capacity)
+        a.dep_end[:old] = ends  # the slots in use keep their rows' ends
+        self.free = np.concatenate([np.arange(capacity - 1, old - 1, -1, dtype=np.int64), self.free])
+        if len(a.slot_of) < 4 * capacity:
+            self._rebuild_map(_power_of_two(4 * capacity))
+
+    def _map(self, index: np.ndarray, slots: np.ndarray) -> None:
+        """slot_of for `index`; a bigger map first when the indices in flight would alias."""
+        a = self.a
+        live = a.t_index >= 0
+        oldest = int(a.t_index[live].min()) if live.any() else int(index[0])
+        if 2 * (int(index[-1]) + 1 - oldest) > len(a.slot_of):
+            self._rebuild_map(_power_of_two(2 * (int(index[-1]) + 1 - oldest)))
+        a.slot_of[index & (len(a.slot_of) - 1)] = slots
+
+    def _rebuild_map(self, size: int) -> None:
+        a = self.a
+        a.slot_of = np.zeros(size, dtype=np.int32)
+        live = np.flatnonzero(a.t_index >= 0)
+        a.slot_of[a.t_index[live] & (size - 1)] = live
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
