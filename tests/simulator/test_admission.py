@@ -7,6 +7,7 @@ Each case is one of the measured failures: the run was accepted and then took gi
 
 from __future__ import annotations
 
+import dataclasses
 import resource
 import time
 
@@ -15,8 +16,10 @@ import pytest
 from fabrictwin.v1 import common_pb2, simulation_pb2
 
 from services.simulator.admission import DEFAULT_LIMITS, SimulationLimits, job_cost
-from services.simulator.spec import Collective, JobSpec
+from services.simulator.checks import check_simulation
+from services.simulator.spec import Collective, JobSpec, SimulationSpec
 
+from .fabrics import fat_tree
 from .servers import simulator_server, wait_done
 from .test_service import ring_spec, topology  # noqa: F401 - `topology` is a fixture
 
@@ -180,3 +183,31 @@ def test_a_limit_of_zero_is_no_limit_and_negative_limits_are_refused():
     with pytest.raises(ValueError, match="max_flows"):
         SimulationLimits(max_flows=-1)
     assert DEFAULT_LIMITS.max_packets == 1_000_000_000
+
+
+def test_a_ring_generated_as_it_runs_is_costed_by_what_it_holds():
+    """A PACKET ring above 4M transfers is generated as it runs (workload.RingStream): its transfer
+    and flow counts are not held, so they are not limited, and its memory is a few blocks' worth.
+    The same ring under Go-Back-N is held whole, and refused."""
+    fabric = fat_tree(8)
+    spec = SimulationSpec.from_dict(
+        {
+            "fabric": fabric.fabric,
+            "fidelity": "PACKET",
+            "jobs": [
+                {"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 128, "iterations": 160}
+            ],
+            "load_balancing": {"mode": "ECMP"},
+        }
+    )
+    streamed = check_simulation(spec, fabric).estimate
+    assert streamed.streamed and streamed.transfers == 2 * 127 * 128 * 160 > 5_000_000
+    assert streamed.exceeding(DEFAULT_LIMITS) == []
+    assert streamed.memory_bytes < 1 << 30
+    held = check_simulation(dataclasses.replace(spec, window_bytes=64 << 10), fabric).estimate
+    assert not held.streamed
+    assert held.exceeding(DEFAULT_LIMITS)[:2] == [
+        "flows 5,201,920 (limit 5,000,000)",
+        "transfers 5,201,920 (limit 5,000,000)",
+    ]
+    assert held.memory_bytes > 2 * streamed.memory_bytes

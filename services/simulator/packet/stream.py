@@ -14,10 +14,12 @@ exist now in slots of the engine's transfer and flow arrays:
 - Freeing: with no Go-Back-N, DCQCN or faults (`workload.streamable`), a flow every byte of which
   was delivered or dropped holds nothing the loop still uses (no packet, timer or reorder window;
   it left its NIC's ring when its last packet was sent), and its transfer has released its
-  dependents. When the free slots run short, a scan collects the transfers whose flows are all
-  accounted, folds their flows' results into the run's totals (`StreamedFlows`) and frees them.
-- Slots are handed out lowest first and the first block holds every transfer with no prerequisite,
-  so a streamed run schedules the same events in the same order as the same ring held whole: the
+  dependents. Slots come in pages of one block: when no page is free, the pages whose transfers are
+  all accounted fold their flows' results into the run's totals (`StreamedFlows`) and are freed
+  (else a page is added), so every fill and fold is a contiguous slice.
+- The first block goes to page 0 (slot = index) and holds every transfer with no prerequisite, and
+  the event queue orders events by time alone (ties by its own generator, not by slot), so a
+  streamed run schedules the same events in the same order as the same ring held whole: the
   results are identical (tests/simulator/test_stream.py), while the memory follows the transfers
   in flight (a few steps of the ring) instead of the run.
 
@@ -138,157 +140,159 @@ class StreamedFlows:
 
 class TransferPool:
     """The slots of a streamed run's transfers and flows, inside `arrays` (an EngineArrays whose
-    per-flow arrays hold one row per QP of the stream's connections when this is built)."""
+    per-flow arrays hold one row per QP of the stream's connections when this is built).
+
+    Slots come in *pages* of one block each: a block is generated into a free page (the lowest),
+    so every fill is a contiguous slice, and a page is freed whole once all its transfers are done
+    (a ring's transfers end roughly in order: a few pages are in use at any time).
+    """
 
     def __init__(self, arrays, stream: RingStream, mtu_bytes: int, release_ps: int) -> None:
         self.a, self.stream, self.mtu = arrays, stream, mtu_bytes
         self.release_ps = release_ps
         self.q = stream.qps
-        self.block = stream.block
+        self.page = min(stream.transfers, stream.block)  # transfers per page (and per block)
         self.next = 0  # transfers below this index exist
         self.templates = {name: getattr(arrays, name) for name in _TEMPLATES}
         self.flows = StreamedFlows.empty(stream.flows, stream.qps)
-        capacity = min(stream.transfers, 2 * self.block)
+        self.first: list[int] = []  # per page: the first transfer index it holds (-1: free)
+        self.count: list[int] = []  # per page: transfers it holds
         for name, fill in _TRANSFER_ARRAYS.items():  # the held run's dtypes: one compiled loop
-            setattr(arrays, name, np.full(capacity, fill, dtype=_TRANSFER_DTYPES.get(name, np.int64)))
-        self._flow_arrays(capacity)
-        arrays.dep = np.full(capacity * _DEPENDENTS, -1, dtype=np.int32)
-        arrays.dep_arrival = np.tile(np.array([0, 1], dtype=np.uint8), capacity)
-        self._offsets(capacity)
-        self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: lowest slot on top
-        arrays.slot_of = np.zeros(_power_of_two(4 * capacity), dtype=np.int32)
+            setattr(arrays, name, np.full(0, fill, dtype=_TRANSFER_DTYPES.get(name, np.int64)))
+        for name, fill in _FLOW_ARRAYS.items():
+            template = getattr(arrays, name)
+            setattr(arrays, name, np.full((0, *template.shape[1:]), fill, dtype=template.dtype))
+        arrays.dep = np.full(0, -1, dtype=np.int32)
+        arrays.slot_of = np.zeros(_power_of_two(4 * self.page), dtype=np.int32)
+        for _ in range(2):
+            self._add_page()
         arrays.pr[L.PR_MAX_FLOWS_PER_TRANSFER] = self.q
         arrays.pr[L.PR_MAX_DEPENDENTS] = _DEPENDENTS
-
-    def _flow_arrays(self, capacity: int) -> None:
-        a = self.a
-        for name, fill in _FLOW_ARRAYS.items():
-            template = getattr(a, name)
-            shape = (capacity * self.q, *template.shape[1:])
-            setattr(a, name, np.full(shape, fill, dtype=template.dtype))
-
-    def _offsets(self, capacity: int) -> None:
-        a = self.a
-        slots = np.arange(capacity, dtype=np.int64)
-        a.t_flow_off, a.t_flow_end = slots * self.q, slots * self.q + self.q
-        a.dep_off, a.dep_end = slots * _DEPENDENTS, slots * _DEPENDENTS + _DEPENDENTS
 
     @property
     def done(self) -> bool:
         return self.next >= self.stream.transfers
 
+    @property
+    def slots(self) -> int:
+        return len(self.first) * self.page
+
     def materialize(self, push) -> None:
-        """The next block of transfers into free slots (freeing or adding slots first if short);
+        """The next block of transfers into a free page (freeing or adding one first if none is);
         `push(time_ps, kind, arg)` schedules the release of those with no prerequisite."""
-        a, stream = self.a, self.stream
+        a, stream, q = self.a, self.stream, self.q
         lo = self.next
-        hi = min(stream.transfers, lo + self.block)
+        hi = min(stream.transfers, lo + self.page)
         if hi <= lo:
             return
+        page = self._free_page()
         count = hi - lo
-        if len(self.free) < count:
-            self.collect()
-        if len(self.free) < count:
-            self._grow(count)
-        slots = self.free[len(self.free) - count :][::-1].copy()
-        self.free = self.free[: len(self.free) - count]
+        base = page * self.page
+        self.first[page], self.count[page] = lo, count
         block = stream.transfers_in(lo, hi)
         index = np.arange(lo, hi, dtype=np.int64)
-        self._map(index, slots)
-        a.t_index[slots] = index
-        a.t_pending[slots] = block.prerequisites
-        a.t_release[slots] = self.release_ps
-        a.t_unsent[slots] = self.q
-        a.t_unarrived[slots] = self.q
-        a.dep_last[slots] = block.dependents.max(axis=1)
-        a.dep[(slots[:, None] * _DEPENDENTS + np.arange(_DEPENDENTS)).ravel()] = block.dependents.ravel()
+        self._map(index, base)
+        t = slice(base, base + count)
+        a.t_index[t] = index
+        a.t_pending[t] = block.prerequisites
+        a.t_release[t] = self.release_ps
+        a.t_unsent[t] = q
+        a.t_unarrived[t] = q
+        a.dep_last[t] = block.dependents.max(axis=1)
+        a.dep[base * _DEPENDENTS : (base + count) * _DEPENDENTS] = block.dependents.ravel()
         # A ring's missing dependents (-1: its last step) come last: the row ends before them.
-        a.dep_end[slots] = slots * _DEPENDENTS + (block.dependents >= 0).sum(axis=1)
-        flows = (slots[:, None] * self.q + np.arange(self.q)).ravel()
-        rows = (block.rank[:, None] * self.q + np.arange(self.q)).ravel()
-        sizes = stream.flow_sizes(block.sizes).ravel()
+        a.dep_end[t] = a.dep_off[t] + (block.dependents >= 0).sum(axis=1)
+        f = slice(base * q, (base + count) * q)
+        rows = (block.rank[:, None] * q + np.arange(q)).ravel()
         for name, template in self.templates.items():
-            getattr(a, name)[flows] = template[rows]
+            getattr(a, name)[f] = template[rows]
         for name, fill in _FLOW_ARRAYS.items():
             if name not in self.templates:
-                getattr(a, name)[flows] = fill
-        a.fi[flows, L.FI_REC_START] = -1
-        a.f_finish[flows] = -1
-        a.f_size[flows] = sizes
-        a.f_npkts[flows] = -(-sizes // self.mtu)
-        a.f_transfer[flows] = np.repeat(slots, self.q)
+                getattr(a, name)[f] = fill
+        a.fi[f, L.FI_REC_START] = -1
+        a.f_finish[f] = -1
+        sizes = stream.flow_sizes(block.sizes).ravel()
+        a.f_size[f] = sizes
+        a.f_npkts[f] = -(-sizes // self.mtu)
+        a.f_transfer[f] = np.repeat(np.arange(base, base + count, dtype=a.f_transfer.dtype), q)
         self.next = hi
         a.sc[L.SC_MATERIALIZED] = hi
-        for slot in slots[block.prerequisites == 0]:
+        for slot in base + np.flatnonzero(block.prerequisites == 0):
             push(self.release_ps, L.EV_RELEASE, int(slot))
 
-    def collect(self) -> None:
-        """Free the slots of transfers whose every flow is accounted, their results folded first."""
-        a = self.a
-        done = np.flatnonzero((a.t_index >= 0) & (a.t_unarrived == 0))
-        self._release(done)
+    def _free_page(self) -> int:
+        """The lowest free page: after freeing the pages whose transfers are all done, else a new one."""
+        if -1 not in self.first:
+            for page in range(len(self.first)):
+                base = page * self.page
+                if (self.a.t_unarrived[base : base + self.count[page]] == 0).all():
+                    self._release(page)
+        if -1 not in self.first:
+            self._add_page()
+        return self.first.index(-1)
 
     def finish(self) -> StreamedFlows:
         """At the end of the run: every transfer still in a slot, folded (finished or not); those a
         time-limited run never generated count as unfinished."""
-        self._release(np.flatnonzero(self.a.t_index >= 0))
+        for page in range(len(self.first)):
+            if self.first[page] >= 0:
+                self._release(page)
         self.flows.unfinished += (self.stream.transfers - self.next) * self.q
         self.next = self.stream.transfers
         return self.flows
 
     def settled_bytes(self) -> int:
         """Bytes delivered or lost so far, of every flow (progress)."""
-        a = self.a
-        return self.flows.settled_bytes + int(a.f_recv.sum() + a.f_lost.sum())
+        a, settled = self.a, self.flows.settled_bytes
+        for page, first in enumerate(self.first):
+            if first >= 0:
+                f = slice(page * self.page * self.q, (page * self.page + self.count[page]) * self.q)
+                settled += int(a.f_recv[f].sum() + a.f_lost[f].sum())
+        return settled
 
-    def _release(self, slots: np.ndarray) -> None:
-        a = self.a
-        if not len(slots):
-            return
-        flows = (slots[:, None] * self.q + np.arange(self.q)).ravel()
-        index = (a.t_index[slots][:, None] * self.q + np.arange(self.q)).ravel()
-        self.flows.fold(index, a.f_start[flows], a.f_finish[flows], a.f_lost[flows], a.fi[flows])
-        self.flows.settled_bytes += int(a.f_recv[flows].sum() + a.f_lost[flows].sum())
-        for name, fill in _FLOW_ARRAYS.items():
-            getattr(a, name)[flows] = fill
-        a.t_index[slots] = -1
-        a.t_unarrived[slots] = 0
-        a.t_unsent[slots] = 0
-        a.dep_last[slots] = -1
-        # Freed slots go under the free ones already there: handed out after them, lowest first.
-        self.free = np.concatenate([np.sort(slots)[::-1], self.free])
+    def _release(self, page: int) -> None:
+        """Fold the results of a page's flows, and free it."""
+        a, q = self.a, self.q
+        base, count, first = page * self.page, self.count[page], self.first[page]
+        f = slice(base * q, (base + count) * q)
+        index = np.arange(first * q, (first + count) * q, dtype=np.int64)
+        self.flows.fold(index, a.f_start[f], a.f_finish[f], a.f_lost[f], a.fi[f])
+        self.flows.settled_bytes += int(a.f_recv[f].sum() + a.f_lost[f].sum())
+        a.t_index[base : base + count] = -1
+        a.dep_last[base : base + count] = -1
+        self.first[page] = -1
 
-    def _grow(self, needed: int) -> None:
-        a = self.a
-        old = len(a.t_index)
-        capacity = old
-        while capacity - old + len(self.free) < needed:
-            capacity *= 2
-        extra = capacity - old
+    def _add_page(self) -> None:
+        a, q, extra = self.a, self.q, self.page
         for name, fill in _TRANSFER_ARRAYS.items():
             array = getattr(a, name)
             setattr(a, name, np.concatenate([array, np.full(extra, fill, dtype=array.dtype)]))
         for name, fill in _FLOW_ARRAYS.items():
             array = getattr(a, name)
-            more = np.full((extra * self.q, *array.shape[1:]), fill, dtype=array.dtype)
+            more = np.full((extra * q, *array.shape[1:]), fill, dtype=array.dtype)
             setattr(a, name, np.concatenate([array, more]))
         a.dep = np.concatenate([a.dep, np.full(extra * _DEPENDENTS, -1, dtype=a.dep.dtype)])
-        a.dep_arrival = np.tile(np.array([0, 1], dtype=np.uint8), capacity)
-        ends = a.dep_end
-        self._offsets(capacity)
-        a.dep_end[:old] = ends  # the slots in use keep their rows' ends
-        self.free = np.concatenate([np.arange(capacity - 1, old - 1, -1, dtype=np.int64), self.free])
-        if len(a.slot_of) < 4 * capacity:
-            self._rebuild_map(_power_of_two(4 * capacity))
+        slots = np.arange(self.slots + extra, dtype=np.int64)
+        ends = a.dep_end[: self.slots].copy() if self.first else None  # (none before the first page)
+        a.t_flow_off, a.t_flow_end = slots * q, slots * q + q
+        a.dep_off, a.dep_end = slots * _DEPENDENTS, slots * _DEPENDENTS + _DEPENDENTS
+        if ends is not None:
+            a.dep_end[: len(ends)] = ends  # the slots in use keep their rows' ends
+        a.dep_arrival = np.tile(np.array([0, 1], dtype=np.uint8), len(slots))
+        self.first.append(-1)
+        self.count.append(0)
+        if len(a.slot_of) < 4 * self.slots:
+            self._rebuild_map(_power_of_two(4 * self.slots))
 
-    def _map(self, index: np.ndarray, slots: np.ndarray) -> None:
-        """slot_of for `index`; a bigger map first when the indices in flight would alias."""
+    def _map(self, index: np.ndarray, base: int) -> None:
+        """slot_of for `index` (into slots base..); a bigger map first if the indices would alias."""
         a = self.a
-        live = a.t_index >= 0
-        oldest = int(a.t_index[live].min()) if live.any() else int(index[0])
-        if 2 * (int(index[-1]) + 1 - oldest) > len(a.slot_of):
-            self._rebuild_map(_power_of_two(2 * (int(index[-1]) + 1 - oldest)))
-        a.slot_of[index & (len(a.slot_of) - 1)] = slots
+        live = [first for first in self.first if first >= 0]
+        oldest = min(live, default=int(index[0]))
+        span = int(index[-1]) + 1 - oldest
+        if 2 * span > len(a.slot_of):
+            self._rebuild_map(_power_of_two(2 * span))
+        a.slot_of[index & (len(a.slot_of) - 1)] = np.arange(base, base + len(index), dtype=np.int32)
 
     def _rebuild_map(self, size: int) -> None:
         a = self.a
