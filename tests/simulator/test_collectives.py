@@ -6,10 +6,16 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.simulator.collectives import double_binary_tree
+from services.simulator.collectives import (
+    double_binary_tree,
+    ring_block,
+    ring_sent_bytes,
+    ring_steps,
+    ring_transfers,
+)
 from services.simulator.results import bus_factor
 from services.simulator.runner import run_simulation
-from services.simulator.spec import Collective, SimulationSpec
+from services.simulator.spec import Collective, JobSpec, SimulationSpec
 from services.simulator.workload import build_workload
 from tests.simulator.fabrics import NDR_BPS, fat_tree, leaf_spine
 from tests.simulator.wire import wire_bytes
@@ -349,3 +355,35 @@ def test_bad_collective_input_is_invalid_argument_naming_the_field(bad, field, r
     with pytest.raises(InvalidArgument, match=reason) as caught:
         run_simulation(spec(bad, fidelity=fidelity), FABRIC)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "chunks", "iterations", "collective"),
+    [
+        (5, 1000, 1, 1, "ALL_REDUCE"),
+        (7, 12_345, 3, 2, "ALL_REDUCE"),
+        (4, 7, 2, 1, "REDUCE_SCATTER"),
+        (6, 999, 1, 3, "ALL_GATHER"),
+    ],
+)
+def test_any_block_of_a_ring_is_the_held_rings_transfers(n, size, chunks, iterations, collective):
+    """`ring_block` (what a streamed run generates as it goes) gives any range of the ring exactly as
+    `ring_transfers` holds it: sizes, senders, dependents and prerequisite counts; `ring_sent_bytes`
+    is each rank's total."""
+    job = JobSpec(Collective(collective), size, rank_count=n, chunks=chunks, iterations=iterations)
+    steps = ring_steps(job.collective, n)
+    held = ring_transfers(np.arange(n), job, steps)
+    count = len(held.sizes)
+    incoming = np.bincount(held.edges[:, 1], minlength=count)
+    for lo, hi in [(0, count), (0, 1), (n * chunks - 1, min(count, 3 * n * chunks + 2)), (count - 5, count)]:
+        block = ring_block(n, job, steps, lo, hi)
+        assert np.array_equal(block.sizes, held.sizes[lo:hi])
+        assert np.array_equal(block.rank, held.connection[lo:hi])
+        assert np.array_equal(block.prerequisites, incoming[lo:hi])
+        for k, t in enumerate(range(lo, hi)):
+            edges = held.edges[held.edges[:, 0] == t]
+            listed = block.dependents[k]
+            assert listed[: len(edges)].tolist() == edges[:, 1].tolist()  # leave edge first, then arrival
+            assert (listed[len(edges) :] == -1).all()  # missing ones come last
+    sent = np.bincount(held.connection, weights=held.sizes, minlength=n)
+    assert np.array_equal(ring_sent_bytes(n, job, steps), sent)
