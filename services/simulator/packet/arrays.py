@@ -104,18 +104,24 @@ class EngineArrays:
         # Propagation alone (link-level frames: credits), and with the switch latency of the far end
         # (a packet's arrival).
         self.ch_prop_ps = np.repeat(snapshot.link_latency_ns.astype(np.int64), 2) * 1000
-        self.ch_delay_ps = self.ch_prop_ps + np.where(is_switch[target], config.switch_latency_ns, 0) * 1000
+        # The fields of every hop share a row per channel (layout.CH_*); the names below are views.
+        self.ch_hot = np.zeros((n_ch, L.CH_HOT_SIZE), dtype=np.int64)
+        self.ch_hot[:, L.CH_Q_HEAD] = -1
+        self.ch_hot[:, L.CH_Q_TAIL] = -1
+        self.ch_delay_ps = self.ch_hot[:, L.CH_DELAY_PS]
+        switch_ps = np.where(is_switch[target], config.switch_latency_ns, 0) * 1000
+        self.ch_delay_ps[:] = self.ch_prop_ps + switch_ps
         self.ch_from_host = (~is_switch[source]).astype(np.uint8)
         # NIC uplinks pull from their flows; they never queue, so they never drop.
         self.ch_buffer = np.where(self.ch_from_host == 1, np.iinfo(np.int64).max, config.buffer_bytes)
         self.ch_busy = np.zeros(n_ch, dtype=np.uint8)  # NIC ports: a pull is pending
-        self.ch_free_at = np.zeros(n_ch, dtype=np.int64)  # ps; the port is transmitting until then
-        self.q_head = np.full(n_ch, -1, dtype=np.int32)
-        self.q_tail = np.full(n_ch, -1, dtype=np.int32)
-        self.q_bytes = np.zeros(n_ch, dtype=np.int64)
-        self.q_last = np.zeros(n_ch, dtype=np.int64)
-        self.ch_tx_bytes = np.zeros(n_ch, dtype=np.int64)
-        self.ch_tx_packets = np.zeros(n_ch, dtype=np.int64)
+        self.ch_free_at = self.ch_hot[:, L.CH_FREE_AT]  # ps; the port is transmitting until then
+        self.q_head = self.ch_hot[:, L.CH_Q_HEAD]
+        self.q_tail = self.ch_hot[:, L.CH_Q_TAIL]
+        self.q_bytes = self.ch_hot[:, L.CH_Q_BYTES]
+        self.q_last = self.ch_hot[:, L.CH_Q_LAST]
+        self.ch_tx_bytes = self.ch_hot[:, L.CH_TX_BYTES]
+        self.ch_tx_packets = self.ch_hot[:, L.CH_TX_PACKETS]
         self.ch_drops = np.zeros(n_ch, dtype=np.int64)
         self.ch_peak_q = np.zeros(n_ch, dtype=np.int64)
         self.ch_rr = np.full(n_ch, -1, dtype=np.int32)
@@ -222,7 +228,7 @@ class EngineArrays:
         # Held whole: slot = transfer index (the ends are views of the offsets, the map the identity).
         self.t_flow_end = self.t_flow_off[1:]
         self.dep_end = self.dep_off[1:]
-        self.dep_last = np.full(workload.transfer_count, -1, dtype=np.int64)
+        self.dep_last = np.full(workload.transfer_count, -1, dtype=np.int32)
         has = np.flatnonzero(np.diff(self.dep_off) > 0)
         if len(has):
             self.dep_last[has] = np.maximum.reduceat(self.dep, self.dep_off[has])
@@ -512,18 +518,11 @@ class EngineArrays:
                 self.ch_target,
                 self.ch_source,
                 self.ch_ps_per_byte,
-                self.ch_delay_ps,
+                self.ch_hot,
                 self.ch_prop_ps,
                 self.ch_buffer,
                 self.ch_from_host,
                 self.ch_busy,
-                self.ch_free_at,
-                self.q_head,
-                self.q_tail,
-                self.q_bytes,
-                self.q_last,
-                self.ch_tx_bytes,
-                self.ch_tx_packets,
                 self.ch_drops,
                 self.ch_peak_q,
                 self.ch_rr,

@@ -8,6 +8,9 @@ import numpy as np
 from services.simulator.packet.draws import uniform
 from services.simulator.packet.kernel import kernel
 from services.simulator.packet.layout import (
+    CH_DELAY_PS,
+    CH_Q_HEAD,
+    CH_Q_TAIL,
     CN_DOWN,
     CN_DOWN_AT,
     CN_LINK_DOWNED,
@@ -56,7 +59,7 @@ def lost_on_wire(ch, pk, c, p, now):
     """Whether packet p was on channel c's wire when its link went down (it started after the last
     failure)."""
     duration = int(pk.wire[p] * ch.ps_per_byte[c] + 0.5)
-    return ch.cn[c, CN_DOWN_AT] >= now - ch.delay_ps[c] - duration
+    return ch.cn[c, CN_DOWN_AT] >= now - ch.hot[c, CH_DELAY_PS] - duration
 
 
 @kernel
@@ -71,15 +74,15 @@ def _drop_link(run, heap, ch, series, fl, rob, qps, tr, pk, c, now):
     if cn[c, CN_WAIT_SINCE] >= 0:  # no longer waiting for credit: there is no link
         cn[c, CN_XMIT_WAIT] += now - cn[c, CN_WAIT_SINCE]
         cn[c, CN_WAIT_SINCE] = -1
-    p = ch.q_head[c]
+    p = ch.hot[c, CH_Q_HEAD]
     while p >= 0:
         following = pk.next[p]
         if run.pr[PR_PFC] == 1:
             release_pfc(run, heap, ch, pk, p, now)
         discard(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now)
         p = following
-    ch.q_head[c] = -1
-    ch.q_tail[c] = -1
+    ch.hot[c, CH_Q_HEAD] = -1
+    ch.hot[c, CH_Q_TAIL] = -1
     set_queue(ch, series, run.pr, run.pf, c, now, 0)
 
 

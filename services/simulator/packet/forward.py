@@ -12,6 +12,8 @@ from __future__ import annotations
 from services.simulator.packet.draws import random_below
 from services.simulator.packet.kernel import kernel, kernel_inline
 from services.simulator.packet.layout import (
+    CH_FREE_AT,
+    CH_Q_BYTES,
     CN_DOWN,
     MODE_ADAPTIVE,
     MODE_ECMP,
@@ -55,7 +57,7 @@ def _least_loaded(run, ch, rt, start, end, now):
         c = rt.g_ch[i]
         # A busy port ranks after a free one; a port whose link is down (the switch sees its own
         # link state) after every live one.
-        q = ch.q_bytes[c] + (1 if ch.free_at[c] > now else 0)
+        q = ch.hot[c, CH_Q_BYTES] + (1 if ch.hot[c, CH_FREE_AT] > now else 0)
         if links_fail and ch.cn[c, CN_DOWN]:
             q += 1 << 62
         if best < 0 or q < best_q:

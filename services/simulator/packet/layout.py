@@ -45,6 +45,18 @@ SC_MARK_DONE = 31  # the ECN test hook has marked its packet
 SC_MATERIALIZED = 32
 SC_SIZE = 33
 
+# --- Channels.hot: the fields every hop of a packet reads or writes, one 64-byte row per channel
+# (one cache line instead of eight arrays' at k=32's 32,768 channels) ----------------------------
+CH_FREE_AT = 0  # ps; the port is transmitting until then
+CH_Q_HEAD = 1  # output FIFO of packet slots (-1: empty)
+CH_Q_TAIL = 2
+CH_Q_BYTES = 3
+CH_Q_LAST = 4  # when q_bytes last changed (the series integrate it)
+CH_TX_BYTES = 5
+CH_TX_PACKETS = 6
+CH_DELAY_PS = 7  # propagation, plus switch latency into a switch
+CH_HOT_SIZE = 8
+
 # --- pr: parameters ---------------------------------------------------------------------------
 PR_MODE = 0
 PR_MTU = 1  # payload bytes per packet

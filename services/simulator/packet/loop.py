@@ -42,6 +42,9 @@ from services.simulator.packet.gobackn import ack_arrives, timeout_fires
 from services.simulator.packet.heap import peek, pop, schedule
 from services.simulator.packet.kernel import kernel, kernel_inline
 from services.simulator.packet.layout import (
+    CH_FREE_AT,
+    CH_Q_BYTES,
+    CH_Q_HEAD,
     CN_CREDITS,
     CN_DOWN_AT,
     CN_PACE_AT,
@@ -171,7 +174,7 @@ def _room_needed(run, heap, ch, tr):
         # Taking a link down discards its queues: each packet may return a credit and finish a
         # flow (releasing its dependents). Room for all of it first (a packet is > header bytes).
         first = next_arg >> 1 << 1
-        queued = (ch.q_bytes[first] + ch.q_bytes[first + 1]) // (pr[PR_HEADER] + 1) + 2
+        queued = (ch.hot[first, CH_Q_BYTES] + ch.hot[first + 1, CH_Q_BYTES]) // (pr[PR_HEADER] + 1) + 2
         if sc[SC_HEAP] + queued * (2 + pr[PR_MAX_DEPENDENTS]) + need_heap > cap_heap:
             return RC_GROW_HEAP
     if next_t + pr[PR_MAX_TX] >= pr[PR_BINS] * pr[PR_INTERVAL]:
@@ -218,12 +221,12 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
             if ch.from_host[c]:
                 if ch.busy[c] == 0:
                     nic = c
-            elif ch.q_head[c] >= 0 and ch.txd_pending[c] == 0:
-                if ch.free_at[c] <= now:
+            elif ch.hot[c, CH_Q_HEAD] >= 0 and ch.txd_pending[c] == 0:
+                if ch.hot[c, CH_FREE_AT] <= now:
                     port = c
                 else:
                     ch.txd_pending[c] = 1
-                    schedule(heap, sc, ch.free_at[c], EV_TX_DONE, c)
+                    schedule(heap, sc, ch.hot[c, CH_FREE_AT], EV_TX_DONE, c)
         elif kind == EV_RELEASE:
             for f in range(tr.flow_off[arg], tr.flow_end[arg]):
                 activate(run, heap, ch, series, fl, rob, qps, tr, pk, f, now)
@@ -245,7 +248,7 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
             if ch.from_host[c]:
                 if ch.busy[c] == 0:
                     nic = c
-            elif ch.txd_pending[c] == 0 and ch.free_at[c] <= now:
+            elif ch.txd_pending[c] == 0 and ch.hot[c, CH_FREE_AT] <= now:
                 port = c
         elif kind == EV_LINK:
             nic = link_changes(run, heap, ch, series, fl, rob, qps, tr, pk, arg, now)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from services.simulator.packet.heap import schedule
 from services.simulator.packet.kernel import kernel
-from services.simulator.packet.layout import EV_RESUME, PR_INTERVAL, PR_XON, SE_PAUSE_PS, SE_PAUSES
+from services.simulator.packet.layout import (
+    CH_DELAY_PS,
+    EV_RESUME,
+    PR_INTERVAL,
+    PR_XON,
+    SE_PAUSE_PS,
+    SE_PAUSES,
+)
 from services.simulator.packet.recording import spread_ps
 
 __all__ = ["pause_arrives", "release_pfc", "resume_arrives"]
@@ -19,7 +26,7 @@ def release_pfc(run, heap, ch, pk, p, now):
         ch.ing_bytes[ingress] -= pk.wire[p]
         if ch.pause_sent[ingress] == 1 and ch.ing_bytes[ingress] <= run.pr[PR_XON]:
             ch.pause_sent[ingress] = 0
-            schedule(heap, run.sc, now + ch.delay_ps[ingress], EV_RESUME, ingress)
+            schedule(heap, run.sc, now + ch.hot[ingress, CH_DELAY_PS], EV_RESUME, ingress)
 
 
 @kernel

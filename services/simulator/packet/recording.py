@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.simulator.packet.kernel import kernel, kernel_inline
-from services.simulator.packet.layout import PF_INV_INTERVAL, PR_INTERVAL
+from services.simulator.packet.layout import CH_Q_BYTES, CH_Q_LAST, PF_INV_INTERVAL, PR_INTERVAL
 
 __all__ = ["bin_of", "record_tx", "set_queue", "spread_ps"]
 
@@ -48,8 +48,8 @@ def spread_ps(series, pr, column, c, t0, t1):
 def set_queue(ch, series, pr, pf, c, now, new_bytes):
     """Integrate channel c's old queue depth over [q_last, now), then change it."""
     interval = pr[PR_INTERVAL]
-    old = ch.q_bytes[c]
-    last = ch.q_last[c]
+    old = ch.hot[c, CH_Q_BYTES]
+    last = ch.hot[c, CH_Q_LAST]
     if old > 0 and now > last:
         b0 = bin_of(pr, pf, last)
         b1 = bin_of(pr, pf, now - 1)
@@ -62,8 +62,8 @@ def set_queue(ch, series, pr, pf, c, now, new_bytes):
                 series.qint[b, c] += old * (hi - lo)
                 if old > series.qpeak[b, c]:  # the depth held through this interval
                     series.qpeak[b, c] = old
-    ch.q_bytes[c] = new_bytes
-    ch.q_last[c] = now
+    ch.hot[c, CH_Q_BYTES] = new_bytes
+    ch.hot[c, CH_Q_LAST] = now
     if new_bytes > ch.peak_q[c]:
         ch.peak_q[c] = new_bytes
     b = bin_of(pr, pf, now)

@@ -56,18 +56,11 @@ class Channels(NamedTuple):
     target: np.ndarray  # node it leads to
     source: np.ndarray
     ps_per_byte: np.ndarray
-    delay_ps: np.ndarray  # propagation, plus switch latency into a switch
+    hot: np.ndarray  # int64 [channel, layout.CH_*]: transmitter, output queue, counters, delay
     prop_ps: np.ndarray  # propagation alone (link-level frames: InfiniBand credits)
     buffer: np.ndarray  # bytes its output queue may hold
     from_host: np.ndarray  # 1: a NIC's uplink (it pulls from its QPs)
     busy: np.ndarray  # NIC ports: a pull is pending
-    free_at: np.ndarray  # ps; transmitting until then
-    q_head: np.ndarray  # output FIFO of packet slots
-    q_tail: np.ndarray
-    q_bytes: np.ndarray
-    q_last: np.ndarray  # when q_bytes last changed (the series integrate it)
-    tx_bytes: np.ndarray
-    tx_packets: np.ndarray
     drops: np.ndarray
     peak_q: np.ndarray
     rr: np.ndarray  # NIC ports: the next flow of their round-robin ring (-1: none)
@@ -192,7 +185,7 @@ class Transfers(NamedTuple):
     dep_end: np.ndarray
     dep: np.ndarray
     dep_arrival: np.ndarray  # 1: the dependent waits for arrival, 0: only for leaving
-    dep_last: np.ndarray  # the largest index among its dependents (-1: none)
+    dep_last: np.ndarray  # int32: the largest index among its dependents (-1: none)
     slot_of: np.ndarray  # int32: slot of transfer index i at i & (len - 1)
 
 

@@ -81,7 +81,12 @@ _TRANSFER_ARRAYS = {
     "dep_last": -1,
     "t_index": -1,  # the transfer a slot holds (-1: free)
 }
-_TRANSFER_DTYPES = {"t_pending": np.int32, "t_unsent": np.int32, "t_unarrived": np.int32}
+_TRANSFER_DTYPES = {
+    "t_pending": np.int32,
+    "t_unsent": np.int32,
+    "t_unarrived": np.int32,
+    "dep_last": np.int32,
+}
 _DEPENDENTS = 2  # a ring transfer's: the next on its connection, the next step on rank + 1
 
 

@@ -8,6 +8,11 @@ from services.simulator.packet.draws import uniform
 from services.simulator.packet.heap import schedule
 from services.simulator.packet.kernel import kernel, kernel_inline
 from services.simulator.packet.layout import (
+    CH_DELAY_PS,
+    CH_FREE_AT,
+    CH_Q_BYTES,
+    CH_Q_HEAD,
+    CH_Q_TAIL,
     CN_DOWN,
     CN_ECN_MARKED,
     CN_XMIT_DISCARDS,
@@ -64,7 +69,7 @@ def _mark_ecn(run, ch, series, pk, c, p, now):
     # Kmax, every packet beyond.
     pr = run.pr
     kmin, kmax = pr[PR_KMIN], pr[PR_KMAX]
-    depth = ch.q_bytes[c]
+    depth = ch.hot[c, CH_Q_BYTES]
     if depth <= kmin:
         return
     if depth < kmax and uniform(run.rng) >= run.pf[PF_PMAX] * (depth - kmin) / (kmax - kmin):
@@ -92,7 +97,7 @@ def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
         # Headroom too small for what was on the wire when PAUSE went out.
         _drop(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now)
         return
-    direct = ch.q_head[c] < 0 and ch.free_at[c] <= now  # an idle port sends at once
+    direct = ch.hot[c, CH_Q_HEAD] < 0 and ch.hot[c, CH_FREE_AT] <= now  # an idle port sends at once
     if credits:
         direct = direct and has_credit(ch, c, wire, now)
     elif pfc:
@@ -105,45 +110,45 @@ def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
             ch.ing_bytes[ingress] += wire
             if ch.ing_bytes[ingress] > pr[PR_XOFF] and ch.pause_sent[ingress] == 0:
                 ch.pause_sent[ingress] = 1  # PAUSE the port this packet came from
-                schedule(heap, run.sc, now + ch.delay_ps[ingress], EV_PAUSE, ingress)
-    elif not credits and ch.q_bytes[c] + wire > ch.buffer[c]:
+                schedule(heap, run.sc, now + ch.hot[ingress, CH_DELAY_PS], EV_PAUSE, ingress)
+    elif not credits and ch.hot[c, CH_Q_BYTES] + wire > ch.buffer[c]:
         _drop(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now)
         return
     pk.next[p] = -1
-    if ch.q_tail[c] < 0:
-        ch.q_head[c] = p
-        if ch.paused[c] == 0 and ch.txd_pending[c] == 0 and (not credits or ch.free_at[c] > now):
+    if ch.hot[c, CH_Q_TAIL] < 0:
+        ch.hot[c, CH_Q_HEAD] = p
+        if ch.paused[c] == 0 and ch.txd_pending[c] == 0 and (not credits or ch.hot[c, CH_FREE_AT] > now):
             # The first packet to wait: the port must come back for it when it is free (unless a
             # TX_DONE is still pending from before a link flap).
             ch.txd_pending[c] = 1
-            schedule(heap, run.sc, ch.free_at[c], EV_TX_DONE, c)
+            schedule(heap, run.sc, ch.hot[c, CH_FREE_AT], EV_TX_DONE, c)
     else:
-        pk.next[ch.q_tail[c]] = p
-    ch.q_tail[c] = p
-    set_queue(ch, series, pr, run.pf, c, now, ch.q_bytes[c] + wire)
+        pk.next[ch.hot[c, CH_Q_TAIL]] = p
+    ch.hot[c, CH_Q_TAIL] = p
+    set_queue(ch, series, pr, run.pf, c, now, ch.hot[c, CH_Q_BYTES] + wire)
 
 
 @kernel_inline
 def send_head(run, heap, ch, series, pk, c, now):
     """Switch port c sends the head of its queue, and comes back if more wait."""
-    p = ch.q_head[c]
-    ch.q_head[c] = pk.next[p]
-    if ch.q_head[c] < 0:
-        ch.q_tail[c] = -1
-    set_queue(ch, series, run.pr, run.pf, c, now, ch.q_bytes[c] - pk.wire[p])
+    p = ch.hot[c, CH_Q_HEAD]
+    ch.hot[c, CH_Q_HEAD] = pk.next[p]
+    if ch.hot[c, CH_Q_HEAD] < 0:
+        ch.hot[c, CH_Q_TAIL] = -1
+    set_queue(ch, series, run.pr, run.pf, c, now, ch.hot[c, CH_Q_BYTES] - pk.wire[p])
     if run.pr[PR_PFC] == 1:
         release_pfc(run, heap, ch, pk, p, now)
     start_tx(run, heap, ch, series, pk, c, p, now)
-    if ch.q_head[c] >= 0:
+    if ch.hot[c, CH_Q_HEAD] >= 0:
         ch.txd_pending[c] = 1
-        schedule(heap, run.sc, ch.free_at[c], EV_TX_DONE, c)
+        schedule(heap, run.sc, ch.hot[c, CH_FREE_AT], EV_TX_DONE, c)
 
 
 @kernel_inline
 def try_send_head(run, heap, ch, series, pk, c, now):
     """A free, unpaused switch port with packets waiting sends the head, credit permitting."""
-    if ch.q_head[c] < 0 or ch.paused[c]:
+    if ch.hot[c, CH_Q_HEAD] < 0 or ch.paused[c]:
         return
-    if run.pr[PR_CREDITS] == 1 and not has_credit(ch, c, pk.wire[ch.q_head[c]], now):
+    if run.pr[PR_CREDITS] == 1 and not has_credit(ch, c, pk.wire[ch.hot[c, CH_Q_HEAD]], now):
         return  # the credit's return restarts the port
     send_head(run, heap, ch, series, pk, c, now)

@@ -8,6 +8,10 @@ from services.simulator.packet.credits import leave_input_buffer
 from services.simulator.packet.heap import schedule
 from services.simulator.packet.kernel import kernel_inline
 from services.simulator.packet.layout import (
+    CH_DELAY_PS,
+    CH_FREE_AT,
+    CH_TX_BYTES,
+    CH_TX_PACKETS,
     CN_CREDITS,
     EV_ARRIVE,
     EV_TX_DONE,
@@ -30,10 +34,10 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
     """
     wire = pk.wire[p]
     duration = int(wire * ch.ps_per_byte[c] + 0.5)
-    ch.free_at[c] = now + duration
+    ch.hot[c, CH_FREE_AT] = now + duration
     pk.ch[p] = c
-    ch.tx_bytes[c] += wire
-    ch.tx_packets[c] += 1
+    ch.hot[c, CH_TX_BYTES] += wire
+    ch.hot[c, CH_TX_PACKETS] += 1
     if ch.flow_bits.shape[1] > 0:
         f = pk.flow[p]
         ch.flow_bits[c, f >> 6] |= np.uint64(1) << np.uint64(f & 63)
@@ -44,7 +48,7 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
     if run.pr[PR_CREDITS] == 1:
         ch.cn[c, CN_CREDITS] -= wire
         leave_input_buffer(run, heap, ch, pk, p, now)
-    schedule(heap, run.sc, now + duration + ch.delay_ps[c], EV_ARRIVE, p)
+    schedule(heap, run.sc, now + duration + ch.hot[c, CH_DELAY_PS], EV_ARRIVE, p)
 
 
 @kernel_inline
