@@ -36,7 +36,7 @@ from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
-from services.simulator.workload import STREAM_ABOVE_TRANSFERS, STREAM_BLOCKS_HELD, stream_block, streamable
+from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -296,7 +296,7 @@ def estimate_cost(
             per_packet += 1
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
-    streamed = streamable(spec) and transfers > STREAM_ABOVE_TRANSFERS
+    streamed = streams(spec)
     if streamed:  # held: its connections, and the transfers of a few blocks in slots
         job = spec.jobs[0]
         ranks, qps = len(placed[0]), max(1, job.qps_per_connection)

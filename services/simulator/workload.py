@@ -76,6 +76,7 @@ __all__ = [
     "stream_block",
     "stream_head",
     "streamable",
+    "streams",
     "udp_source_port",
     "wire_bytes",
 ]
@@ -328,9 +329,15 @@ def build_workload(
 ) -> Workload:
     """Place every job's ranks and generate its transfers and flows (spec already validated); a
     run `streamable` with more than `stream_above` transfers gets its connections and a RingStream."""
-    if streamable(spec) and _ring_transfer_count(spec.jobs[0]) > stream_above:
+    if streams(spec, stream_above):
         return _stream(spec, snapshot)
     return _build(spec, snapshot, connections=False)
+
+
+def streams(spec: SimulationSpec, stream_above: int = STREAM_ABOVE_TRANSFERS) -> bool:
+    """Whether `build_workload` generates `spec`'s ring as the run goes: `streamable`, more than
+    `stream_above` transfers, and fewer than 2^31 (the engine keeps transfer indices in int32)."""
+    return streamable(spec) and stream_above < _ring_transfer_count(spec.jobs[0]) < 2**31
 
 
 def streamable(spec: SimulationSpec) -> bool:

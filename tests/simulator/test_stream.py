@@ -17,7 +17,7 @@ from services.simulator.engine import RunFabric
 from services.simulator.packet.arrays import EngineArrays
 from services.simulator.runner import simulate
 from services.simulator.spec import SimulationSpec
-from services.simulator.workload import build_workload, streamable
+from services.simulator.workload import build_workload, streamable, streams
 from tests.simulator.fabrics import fat_tree
 
 GBPS = 1_000_000_000
@@ -132,8 +132,10 @@ def test_what_streams_and_what_is_held():
     assert not streamable(dataclasses.replace(ring("ECMP"), fidelity=ring("ECMP").fidelity.FLOW))
     two = ring("ECMP")
     assert not streamable(dataclasses.replace(two, jobs=two.jobs * 2))
-    # Below the threshold a streamable ring is held as before.
+    # Below the threshold a streamable ring is held as before; from 2^31 transfers (int32 indices
+    # in the engine) it is not generated either, and the admission's limits refuse it.
     assert build_workload(ring("ECMP"), FABRIC).stream is None
+    assert streams(ring("ECMP", iterations=4_000_000)) and not streams(ring("ECMP", iterations=5_000_000))
 
 
 def test_streamed_totals_count_every_flow():
