@@ -59,6 +59,7 @@ def series_cell_bytes(counted: bool) -> int:
 
 
 MAX_FLOW_BITS_BYTES = 256 << 20  # the flows-per-channel bitset of one run, at most
+_GROUP_BATCH_KEYS = 1 << 20  # (switch, destination) pairs walked at a time (install_routes)
 
 
 def flow_bits_bytes(lb: LoadBalancingSpec | None, channels: int, flows: int) -> int:
@@ -312,24 +313,33 @@ class EngineArrays:
         self.node_row = np.full(snapshot.num_nodes, -1, dtype=np.int32)
         self.node_row[switches] = np.arange(len(switches), dtype=np.int32)
         real = len(self.destinations)
-        node_of = np.repeat(switches.astype(np.int64), real)
-        dest_of = np.tile(self.destinations.astype(np.int64), len(switches))
-        start, size = walker.groups(node_of, dest_of)
         # Each (switch row, slot) names its group by its span in g_ch, row-major: the destinations'
         # slots, then the pinned flows' (one channel at each switch of their paths; empty elsewhere).
         # The destinations' groups are slices of the walker's channels, which every group with the
         # same members shares (a switch's up-ports serve every remote destination): no group is
         # copied (k=32 with 8,192 destinations: 537 MB and 10 s of copying before).
         keys = len(switches) * self.num_dest
-        if len(walker.channels) + len(self.pin_channel) >= 2**31 or size.max(initial=0) >= 2**15:
-            raise FailedPrecondition(f"{snapshot.fabric}: the forwarding tables are too large to simulate")
+        too_large = f"{snapshot.fabric}: the forwarding tables are too large to simulate"
+        if len(walker.channels) + len(self.pin_channel) >= 2**31:
+            raise FailedPrecondition(too_large)
         self.g_ch = np.concatenate([walker.channels, self.pin_channel]).astype(np.int32)
         # int32 spans and int16 positions: every hop of a per-packet mode reads them at a random
         # (switch, destination), so a smaller table stays in cache more often.
         self.g_span = np.zeros((keys, 2), dtype=np.int32)
-        real_keys = (np.arange(len(switches))[:, None] * self.num_dest + np.arange(real)[None, :]).ravel()
-        self.g_span[real_keys, 0] = start
-        self.g_span[real_keys, 1] = start + size
+        # A batch of switches at a time: the walk's temporaries are ~150 bytes a (switch,
+        # destination), 1.5 GB at once for k=32's 1,280 switches and 8,192 destinations.
+        batch = max(1, _GROUP_BATCH_KEYS // max(1, real))
+        table = self.g_span.reshape(len(switches), self.num_dest, 2)  # a view
+        for first in range(0, len(switches), batch):
+            last = min(first + batch, len(switches))
+            start, size = walker.groups(
+                np.repeat(switches[first:last].astype(np.int64), real),
+                np.tile(self.destinations.astype(np.int64), last - first),
+            )
+            if size.max(initial=0) >= 2**15:
+                raise FailedPrecondition(too_large)
+            table[first:last, :real, 0] = start.reshape(last - first, real)
+            table[first:last, :real, 1] = (start + size).reshape(last - first, real)
         pin_keys = self.node_row[self.pin_node].astype(np.int64) * self.num_dest + real + self.pin_of
         pinned_at = len(walker.channels) + np.arange(len(self.pin_channel))
         self.g_span[pin_keys, 0] = pinned_at
