@@ -65,7 +65,9 @@ def assemble_outcome(
 ) -> SimulationOutcome:
     """The outcome of `run` (`started`: time.perf_counter() when the simulation began)."""
     names = HostDirectory(snapshot).names
-    finishes = run.job_finish_ns or [run.flow_finish_ns] * len(workload.jobs)
+    finishes: list[np.ndarray | int] = [run.flow_finish_ns] * len(workload.jobs)
+    if run.job_finish_ns is not None:
+        finishes = list(run.job_finish_ns)
     jobs = [
         job_outcome(plan, workload, j, finish, ideal, names)
         for j, (plan, finish, ideal) in enumerate(zip(workload.jobs, finishes, run.ideals, strict=True))
