@@ -13,7 +13,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from services.simulator.cancel import Cancelled
 from services.simulator.engine import RunFabric
+from services.simulator.packet import arrays as packet_arrays
 from services.simulator.packet.arrays import EngineArrays
 from services.simulator.runner import simulate
 from services.simulator.spec import SimulationSpec
@@ -147,3 +149,26 @@ def test_streamed_totals_count_every_flow():
     lost_note = [n for n in outcome.model_notes if "packets dropped" in n]
     assert lost_note == [n for n in held.model_notes if "packets dropped" in n]
     assert np.array_equal(outcome.channels.flows, held.channels.flows)
+
+
+def test_a_streamed_run_reports_progress_and_can_be_cancelled(monkeypatch):
+    spec = ring("ECMP", iterations=40)
+    fabric = RunFabric(FABRIC, {})
+    monkeypatch.setattr(packet_arrays, "_BUDGET", 20_000)  # report often: this ring is ~300k events
+    seen: list[float] = []
+
+    def progress(fraction: float) -> bool:
+        seen.append(fraction)
+        return True
+
+    streamed = build_workload(spec, FABRIC, stream_above=0)
+    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=32)
+    assert simulate(spec, fabric, progress, streamed).jobs[0].completed
+    # (The first reports, 0, come before the loop.) Before the budget was counted across returns,
+    # a streamed run returned for its next block before each budget ran out: no report at all, so
+    # no cancel either (8,192 ranks: ~1M events a block, 2M a budget).
+    assert seen == sorted(seen) and len([f for f in seen if f > 0]) >= 5
+    assert 0.8 < seen[-1] <= 0.99  # the bytes of the freed transfers count too
+    streamed = build_workload(spec, FABRIC, stream_above=0)
+    with pytest.raises(Cancelled):
+        simulate(spec, fabric, lambda fraction: fraction < 0.3, streamed)

@@ -251,6 +251,7 @@ class EngineArrays:
         self.pr[L.PR_MAX_HOPS] = self.max_hops
         self.pr[L.PR_STOP] = config.time_limit_ns * 1000
         self.pr[L.PR_BUDGET] = _BUDGET
+        self.sc[L.SC_BUDGET_END] = _BUDGET
         self.pr[L.PR_ROB_WORDS] = _ROB_WORDS
         self.pr[L.PR_MAX_TX] = int(
             np.ceil((config.mtu_bytes + config.header_bytes) * self.ch_ps_per_byte.max())

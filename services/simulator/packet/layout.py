@@ -43,7 +43,10 @@ SC_EPOCH = 30  # the routing epoch whose reroute the loop returned for
 SC_MARK_DONE = 31  # the ECN test hook has marked its packet
 # Transfers with a lower index exist (all of them unless the run is generated as it goes: stream.py).
 SC_MATERIALIZED = 32
-SC_SIZE = 33
+# The loop returns RC_BUDGET when SC_EVENTS reaches this (then PR_BUDGET events later): counted across
+# every return, so a run that returns often for other reasons (a streamed ring) still reports.
+SC_BUDGET_END = 33
+SC_SIZE = 34
 
 # --- Channels.hot: the fields every hop of a packet reads or writes, one 64-byte row per channel
 # (one cache line instead of eight arrays' at k=32's 32,768 channels) ----------------------------

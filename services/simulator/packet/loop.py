@@ -84,6 +84,7 @@ from services.simulator.packet.layout import (
     RC_NO_ROUTE,
     RC_REROUTE,
     RC_STOPPED,
+    SC_BUDGET_END,
     SC_CORRUPTED,
     SC_EPOCH,
     SC_EVENTS,
@@ -186,9 +187,9 @@ def _room_needed(run, heap, ch, tr):
 def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
     """Handle events until none is left (RC_DONE) or Python is needed (another layout.RC_*)."""
     sc = run.sc
-    budget_end = sc[SC_EVENTS] + run.pr[PR_BUDGET]
     while sc[SC_HEAP] > 0:
-        if sc[SC_EVENTS] >= budget_end:
+        if sc[SC_EVENTS] >= sc[SC_BUDGET_END]:
+            sc[SC_BUDGET_END] = sc[SC_EVENTS] + run.pr[PR_BUDGET]
             return RC_BUDGET
         code = _room_needed(run, heap, ch, tr)
         if code != _NO_CODE:
