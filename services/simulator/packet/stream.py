@@ -203,10 +203,11 @@ class TransferPool:
         a.t_release[t] = self.release_ps
         a.t_unsent[t] = q
         a.t_unarrived[t] = q
-        a.dep_last[t] = block.dependents.max(axis=1)
+        first_dep, second_dep = block.dependents[:, 0], block.dependents[:, 1]
+        a.dep_last[t] = np.maximum(first_dep, second_dep)  # (numpy's max over an axis of 2: 10x slower)
         a.dep[base * _DEPENDENTS : (base + count) * _DEPENDENTS] = block.dependents.ravel()
         # A ring's missing dependents (-1: its last step) come last: the row ends before them.
-        a.dep_end[t] = a.dep_off[t] + (block.dependents >= 0).sum(axis=1)
+        a.dep_end[t] = a.dep_off[t] + (first_dep >= 0) + (second_dep >= 0)
         f = slice(base * q, (base + count) * q)
         rows = (block.rank[:, None] * q + np.arange(q)).ravel()
         for name, template in self.templates.items():
