@@ -369,7 +369,7 @@ def service_packet_k16() -> dict:
 
 @benchmark("service.packet.k32")
 def service_packet_k32() -> dict:
-    """The same on the k=32 fat-tree (8,192 hosts, 32,768 channels) with `engine.allreduce.k32`'s
+    """The same on the k=32 fat-tree (8,192 hosts, 49,152 channels) with `engine.allreduce.k32`'s
     ranks (FABRICTWIN_BENCH_K32_RANKS, default 8,192: every host). The ring is generated as the run
     goes (workload.RingStream), so it runs within the simulator's default limits (the admission
     limits what a streamed ring holds, not its 134M transfers)."""

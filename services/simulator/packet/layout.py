@@ -49,7 +49,7 @@ SC_BUDGET_END = 33
 SC_SIZE = 34
 
 # --- Channels.hot: the fields every hop of a packet reads or writes, one 64-byte row per channel
-# (one cache line instead of eight arrays' at k=32's 32,768 channels) ----------------------------
+# (one cache line instead of eight arrays' at k=32's 49,152 channels) ----------------------------
 CH_FREE_AT = 0  # ps; the port is transmitting until then
 CH_Q_HEAD = 1  # output FIFO of packet slots (-1: empty)
 CH_Q_TAIL = 2
