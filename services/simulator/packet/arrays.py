@@ -229,11 +229,9 @@ class EngineArrays:
         # Held whole: slot = transfer index (the ends are views of the offsets, the map the identity).
         self.t_flow_end = self.t_flow_off[1:]
         self.dep_end = self.dep_off[1:]
-        self.dep_last = np.full(workload.transfer_count, -1, dtype=np.int32)
-        has = np.flatnonzero(np.diff(self.dep_off) > 0)
-        if len(has):
-            self.dep_last[has] = np.maximum.reduceat(self.dep, self.dep_off[has])
-        self.slot_of = np.arange(1 << max(0, int(workload.transfer_count - 1).bit_length()), dtype=np.int32)
+        # Every transfer exists (SC_MATERIALIZED is the count): no last dependent to check, no map.
+        self.dep_last = np.zeros(0, dtype=np.int32)
+        self.slot_of = np.zeros(0, dtype=np.int32)
 
         self._alloc_packets(4096)
         self.sc = np.zeros(L.SC_SIZE, dtype=np.int64)

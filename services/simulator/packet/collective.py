@@ -19,10 +19,10 @@ __all__ = ["flow_accounted", "flow_left"]
 
 @kernel
 def _release_dependents(run, heap, tr, t, arrival, now):
-    mask = tr.slot_of.shape[0] - 1
+    mask = tr.slot_of.shape[0] - 1  # -1: a held run, slot = index
     for i in range(tr.dep_off[t], tr.dep_end[t]):
         if tr.dep_arrival[i] == arrival:
-            d = tr.slot_of[tr.dep[i] & mask]
+            d = tr.dep[i] if mask < 0 else tr.slot_of[tr.dep[i] & mask]
             tr.pending[d] -= 1
             if tr.pending[d] == 0:
                 schedule(heap, run.sc, max(now, tr.release[d]), EV_RELEASE, d)

@@ -169,7 +169,7 @@ def _room_needed(run, heap, ch, tr):
     next_t, next_kind, next_arg, _ = peek(heap)
     if pr[PR_STOP] > 0 and next_t > pr[PR_STOP]:
         return RC_STOPPED
-    if next_kind == EV_RELEASE and tr.dep_last[next_arg] >= sc[SC_MATERIALIZED]:
+    if next_kind == EV_RELEASE and tr.dep_last.shape[0] > 0 and tr.dep_last[next_arg] >= sc[SC_MATERIALIZED]:
         return RC_MATERIALIZE  # its transfer's dependents must exist before it can end
     if pr[PR_LINK_EVENTS] == 1 and next_kind == EV_LINK:
         # Taking a link down discards its queues: each packet may return a credit and finish a

@@ -171,8 +171,8 @@ class Transfers(NamedTuple):
 
     A slot holds one transfer; its flows are slots flow_off[t]..flow_end[t]-1 and its dependents
     dep[dep_off[t]:dep_end[t]], by transfer *index* in the run, whose slot is slot_of[index & (len -
-    1)] (a power-of-two map). A run held whole has slot = index (slot_of the identity, the ends
-    views of the offsets); a run generated as it goes (stream.py) reuses slots.
+    1)] (a power-of-two map). A run held whole has slot = index (slot_of and dep_last empty, the
+    ends views of the offsets); a run generated as it goes (stream.py) reuses slots.
     """
 
     pending: np.ndarray
@@ -185,8 +185,8 @@ class Transfers(NamedTuple):
     dep_end: np.ndarray
     dep: np.ndarray
     dep_arrival: np.ndarray  # 1: the dependent waits for arrival, 0: only for leaving
-    dep_last: np.ndarray  # int32: the largest index among its dependents (-1: none)
-    slot_of: np.ndarray  # int32: slot of transfer index i at i & (len - 1)
+    dep_last: np.ndarray  # int32: the largest index among its dependents (-1: none; empty: held run)
+    slot_of: np.ndarray  # int32: slot of transfer index i at i & (len - 1) (empty: held run)
 
 
 class Packets(NamedTuple):
