@@ -20,6 +20,12 @@ about 600 B more (the spec's own objects, held by the service and the worker); p
 worker itself (its interpreter, modules and compiled engines: 165-256 MB measured). The constants
 below round those up. (Until issue #15's memory work they were 2.3-3.3x the peaks: 1.4 KB a PACKET
 transfer of one flow, 1.2 KB a FLOW one; now 600 and 560 B.)
+
+A PACKET ring generated as it runs (`workload.streams`) holds only its connections and a few blocks
+of transfers: it is costed as `STREAM_BLOCKS_HELD` blocks of them (1.39 GB in all for 8,192 ranks on
+k=32; measured: 0.44 GB in a bare interpreter, 1.23 GB for the service's worker under ECMP, at most
+1.37 GB in the benchmark's process under SPRAY), and its transfer and flow counts are not limited
+(its packets and events are).
 """
 
 from __future__ import annotations
