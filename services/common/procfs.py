@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["children_of", "cpu_ticks", "is_running", "peak_rss_bytes", "stat_fields"]
+__all__ = [
+    "children_of",
+    "cpu_ticks",
+    "is_running",
+    "memory_total_bytes",
+    "peak_rss_bytes",
+    "stat_fields",
+    "status_bytes",
+]
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -42,13 +50,28 @@ def cpu_ticks(pid: int) -> int:
     return 0 if fields is None else int(fields[11]) + int(fields[12])
 
 
-def peak_rss_bytes(pid: int) -> int:
-    """VmHWM (the peak resident set) of a live process, in bytes; 0 when unknown."""
+def _kib_field(path: str, key: str) -> int:
+    """The `key:` line of a /proc file that counts in kB (status, meminfo), in bytes; 0 when unknown."""
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
+        with open(path, encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def status_bytes(pid: int | str, key: str) -> int:
+    """A memory line of /proc/<pid>/status (VmRSS, VmHWM, ...; pid "self" for this process), in bytes."""
+    return _kib_field(f"/proc/{pid}/status", key)
+
+
+def peak_rss_bytes(pid: int | str) -> int:
+    """VmHWM (the peak resident set) of a live process, in bytes; 0 when unknown."""
+    return status_bytes(pid, "VmHWM")
+
+
+def memory_total_bytes() -> int:
+    """The machine's memory (MemTotal), in bytes; 0 when unknown."""
+    return _kib_field("/proc/meminfo", "MemTotal")

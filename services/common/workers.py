@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Self, TypeVar
 
-from services.common.procfs import peak_rss_bytes
+from services.common.procfs import memory_total_bytes, peak_rss_bytes
 
 __all__ = ["WorkerDied", "WorkerOutOfMemory", "WorkerPool"]
 
@@ -179,17 +179,6 @@ def _oom_kills() -> int | None:
     return None
 
 
-def _memory_total() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 class _Worker:
     """One worker process and the service's end of its pipe."""
 
@@ -225,7 +214,7 @@ class _Worker:
         oom = after is not None and oom_kills_before is not None and after > oom_kills_before
         if not oom and self.process.exitcode == -signal.SIGKILL and self.peak_rss:
             # Without cgroup counters: a SIGKILL to a process holding most of the machine's memory.
-            total = _memory_total()
+            total = memory_total_bytes()
             oom = bool(total) and self.peak_rss >= total // 2
         return WorkerDied(self.pid, self.process.exitcode, self.peak_rss, oom)
 

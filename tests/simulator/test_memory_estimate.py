@@ -25,14 +25,11 @@ from services.simulator.admission import WORKER_BASE_BYTES
 
 _SCRIPT = """
 import json, sys
+from services.common.procfs import status_bytes
 from services.simulator.checks import check_simulation
 from services.simulator.runner import run_simulation
 from services.simulator.spec import SimulationSpec
 from tests.simulator.fabrics import fat_tree
-
-def status_bytes(field):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith(field + ":"))
 
 fabric = fat_tree(8)
 spec = json.loads(sys.argv[1])
@@ -42,11 +39,11 @@ estimate = check_simulation(SimulationSpec.from_dict(spec), fabric).estimate.mem
 run_simulation({**spec, "jobs": [{**spec["jobs"][0], "iterations": 1, "rank_count": 8}]}, fabric)
 # The peak of the run alone: VmHWM reset to what is resident now (a compile before it, in a fresh
 # cache, peaks higher and frees most of it; ru_maxrss would even carry the forking parent's peak).
-before = status_bytes("VmRSS")
+before = status_bytes("self", "VmRSS")
 with open("/proc/self/clear_refs", "w") as clear:
     clear.write("5")
 run_simulation(spec, fabric)
-peak = status_bytes("VmHWM")
+peak = status_bytes("self", "VmHWM")
 print(json.dumps({"estimate": estimate, "before": before, "peak": peak}))
 """
 
