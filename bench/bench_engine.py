@@ -39,6 +39,11 @@ REFERENCE_BYTES = 10_000_000
 PAYLOAD, FRAMING = 1472, 30
 
 
+def _reference_fabric():
+    """The reference scenario's fabric: a k=8 fat-tree at 100 Gb/s, 1 us links."""
+    return route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+
+
 def _reference_spec(snapshot, mode: str, shift: int = 1) -> dict:
     hosts = [snapshot.node_names[h] for h in snapshot.host_nodes]
     flows = [
@@ -105,7 +110,7 @@ def _ns3() -> dict[str, Any]:
 @benchmark("engine.reference.spray")
 def reference_spray() -> dict:
     _warm_up()
-    snapshot = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+    snapshot = _reference_fabric()
     start = time.perf_counter()
     outcome = run_simulation(_reference_spec(snapshot, "SPRAY"), snapshot)
     wall = time.perf_counter() - start
@@ -163,7 +168,7 @@ def reference_ecmp_cross_pod_pfc_dcqcn() -> dict:
 
 def _pfc_dcqcn(mode: str, shift: int) -> dict:
     _warm_up()
-    snapshot = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+    snapshot = _reference_fabric()
     plain_wall, plain = _timed_reference(snapshot, mode, shift)
     settings = {"pfc": True, "dcqcn": True, "ecn_kmax_bytes": 100_000}
     wall, outcome = _timed_reference(snapshot, mode, shift, **settings)
@@ -249,10 +254,9 @@ def _allreduce_k32(mode: str) -> dict:
     bar on a machine where it is 3M packets/s or more).
     """
     _warm_up()
-    reference = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
-    start = time.perf_counter()
-    ref = run_simulation(_reference_spec(reference, "SPRAY"), reference)
-    reference_rate = _packets(ref).delivered / (time.perf_counter() - start)
+    reference = _reference_fabric()
+    ref_wall, ref = _timed_reference(reference, "SPRAY", 1)
+    reference_rate = _packets(ref).delivered / ref_wall
     del ref, reference
     phases: dict[str, float] = {}
     start = time.perf_counter()
@@ -348,13 +352,11 @@ def scale_efficiency() -> dict:
     is the engine's own efficiency at scale; `ratio` also carries the longer paths.
     """
     _warm_up()
-    reference = route_and_snapshot(fat_tree(8, link_speed_gbps=100, link_latency_ns=1000))
+    reference = _reference_fabric()
     k16 = route_and_snapshot(fat_tree(16))
     figures: dict[str, Any] = {}
     for mode in ("ECMP", "ADAPTIVE", "SPRAY", "FLOWLET"):
-        start = time.perf_counter()
-        ref = run_simulation(_reference_spec(reference, "SPRAY"), reference)
-        ref_wall = time.perf_counter() - start
+        ref_wall, ref = _timed_reference(reference, "SPRAY", 1)
         start = time.perf_counter()
         run = run_simulation(_allreduce_spec(k16, mode, 1024), k16)
         wall = time.perf_counter() - start
