@@ -22,6 +22,7 @@ from services.simulator.results import (
     FlowOutcomes,
     PacketStats,
     SimulationOutcome,
+    job_last_finish_ns,
     job_outcome,
     uplink_skew,
 )
@@ -65,12 +66,12 @@ def assemble_outcome(
 ) -> SimulationOutcome:
     """The outcome of `run` (`started`: time.perf_counter() when the simulation began)."""
     names = HostDirectory(snapshot).names
-    finishes: list[np.ndarray | int] = [run.flow_finish_ns] * len(workload.jobs)
-    if run.job_finish_ns is not None:
-        finishes = list(run.job_finish_ns)
+    last = run.job_finish_ns
+    if last is None:
+        last = [job_last_finish_ns(workload, j, run.flow_finish_ns) for j in range(len(workload.jobs))]
     jobs = [
-        job_outcome(plan, workload, j, finish, ideal, names)
-        for j, (plan, finish, ideal) in enumerate(zip(workload.jobs, finishes, run.ideals, strict=True))
+        job_outcome(plan, finish, ideal, names)
+        for plan, finish, ideal in zip(workload.jobs, last, run.ideals, strict=True)
     ]
     for job, counters in zip(jobs, run.job_counters or [], strict=False):
         job.counters = counters

@@ -35,6 +35,7 @@ __all__ = [
     "UtilisationSkew",
     "bus_factor",
     "channel_totals",
+    "job_last_finish_ns",
     "job_outcome",
     "uplink_skew",
 ]
@@ -203,23 +204,18 @@ def bus_factor(collective: Collective, ranks: int) -> float:
     return 1.0
 
 
-def job_outcome(
-    plan: JobPlan,
-    workload: Workload,
-    job_index: int,
-    finish_ns: np.ndarray | int,
-    ideal_ns: int,
-    host_names: list[str],
-) -> JobOutcome:
-    """Completion, algbw and busbw of one job from its flows' finish times (`finish_ns`: of every
-    flow of the workload; or, one number, the job's last flow's, -1 if some flow never finished)."""
-    if isinstance(finish_ns, int):
-        completed, latest = finish_ns >= 0, finish_ns
-    else:
-        finish = finish_ns[workload.flow_job == job_index]
-        completed = bool(len(finish)) and bool((finish >= 0).all())
-        latest = int(finish.max()) if completed else -1
-    completion = int(latest - plan.start_ns) if completed else 0
+def job_last_finish_ns(workload: Workload, job_index: int, finish_ns: np.ndarray) -> int:
+    """When the job's last flow finished (`finish_ns`: per flow of the workload), -1 if one never did."""
+    finish = finish_ns[workload.flow_job == job_index]
+    if not len(finish) or (finish < 0).any():
+        return -1
+    return int(finish.max())
+
+
+def job_outcome(plan: JobPlan, last_finish_ns: int, ideal_ns: int, host_names: list[str]) -> JobOutcome:
+    """Completion, algbw and busbw of one job from when its last flow finished (-1: one never did)."""
+    completed = last_finish_ns >= 0
+    completion = int(last_finish_ns - plan.start_ns) if completed else 0
     per_iteration = completion / plan.iterations
     algbw = plan.size_bytes * 8 / per_iteration if completion > 0 else 0.0
     ranks = len(plan.hosts)
