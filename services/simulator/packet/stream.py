@@ -104,8 +104,7 @@ class StreamedFlows:
     unfinished: int = 0  # flows that never finished
     lost_flows: int = 0  # flows that lost bytes
     fi_sum: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(L.FI_SIZE, dtype=np.int64))
-    settled_bytes: int = 0  # bytes of freed flows delivered or lost (progress)
-
+    settled_bytes: int = 0  # bytes delivered or lost (progress)
     max_recovery_ps: int = 0  # longest Go-Back-N recovery of a flow
 
     @classmethod
@@ -121,10 +120,11 @@ class StreamedFlows:
             fi,
         )
 
-    def fold(self, index: np.ndarray, start, finish, lost, fi) -> None:
+    def fold(self, index: np.ndarray, start, finish, recv, lost, fi) -> None:
         """Results of flows `index` (their final values) into the totals and the kept ones."""
         if not len(index):
             return
+        self.settled_bytes += int(recv.sum() + lost.sum())
         done = finish >= 0
         self.unfinished += int((~done).sum())
         if done.any():
@@ -208,7 +208,7 @@ class TransferPool:
         a.dep[base * _DEPENDENTS : (base + count) * _DEPENDENTS] = block.dependents.ravel()
         # A ring's missing dependents (-1: its last step) come last: the row ends before them.
         a.dep_end[t] = a.dep_off[t] + (first_dep >= 0) + (second_dep >= 0)
-        f = slice(base * q, (base + count) * q)
+        f = self._flows_of(page)
         rows = (block.rank[:, None] * q + np.arange(q)).ravel()
         for name, template in self.templates.items():
             getattr(a, name)[f] = template[rows]
@@ -252,18 +252,22 @@ class TransferPool:
         a, settled = self.a, self.flows.settled_bytes
         for page, first in enumerate(self.first):
             if first >= 0:
-                f = slice(page * self.page * self.q, (page * self.page + self.count[page]) * self.q)
+                f = self._flows_of(page)
                 settled += int(a.f_recv[f].sum() + a.f_lost[f].sum())
         return settled
+
+    def _flows_of(self, page: int) -> slice:
+        """The flow slots of the transfers a page holds."""
+        base = page * self.page
+        return slice(base * self.q, (base + self.count[page]) * self.q)
 
     def _release(self, page: int) -> None:
         """Fold the results of a page's flows, and free it."""
         a, q = self.a, self.q
         base, count, first = page * self.page, self.count[page], self.first[page]
-        f = slice(base * q, (base + count) * q)
+        f = self._flows_of(page)
         index = np.arange(first * q, (first + count) * q, dtype=np.int64)
-        self.flows.fold(index, a.f_start[f], a.f_finish[f], a.f_lost[f], a.fi[f])
-        self.flows.settled_bytes += int(a.f_recv[f].sum() + a.f_lost[f].sum())
+        self.flows.fold(index, a.f_start[f], a.f_finish[f], a.f_recv[f], a.f_lost[f], a.fi[f])
         a.t_index[base : base + count] = -1
         a.dep_last[base : base + count] = -1
         self.first[page] = -1
