@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["Cancelled", "check_cancelled", "setup_stage"]
+__all__ = ["RESULTS_STAGE", "Cancelled", "check_cancelled", "report_stage", "setup_stage"]
+
+RESULTS_STAGE = "assembling results"  # after the event loop, until the outcome reaches the service
 
 
 class Cancelled(Exception):
@@ -23,11 +25,16 @@ def check_cancelled(progress: Callable[[float], bool] | None) -> None:
         raise Cancelled()
 
 
+def report_stage(progress: Callable[[float], bool] | None, stage: str) -> None:
+    """Say which phase the run is in to a progress callback with a `report_stage` method, as the
+    service's worker has (a watch shows it); "" is the event loop (simulating)."""
+    report: Callable[[str], None] | None = getattr(progress, "report_stage", None)
+    if report is not None:
+        report(stage)
+
+
 def setup_stage(progress: Callable[[float], bool] | None, stage: str) -> None:
-    """A setup phase begins: say which (to a progress callback with `report_stage`, as the
-    service's worker has: a watch shows it instead of "simulating" at 0%; "": the setup is over,
-    simulating), then `check_cancelled`."""
-    report_stage: Callable[[str], None] | None = getattr(progress, "report_stage", None)
-    if report_stage is not None:
-        report_stage(stage)
+    """A setup phase begins: `report_stage` (a watch shows it instead of "simulating" at 0%; "": the
+    setup is over, simulating), then `check_cancelled`."""
+    report_stage(progress, stage)
     check_cancelled(progress)

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from services.simulator.cancel import RESULTS_STAGE
 from services.simulator.packet.compile_cache import (
     COMPILING_STAGE,
     PYTHON_SIDE_MODULES,
@@ -85,7 +86,7 @@ def test_a_run_on_a_warm_cache_is_not_announced_as_compiling():
     progress = RecordedStages()
     outcome = run_simulation(SPEC, FABRIC, progress)
     assert outcome.packets.delivered_bytes == 64 << 10
-    assert progress.stages == ["routing", "setting up the engine", ""]  # then simulating
+    assert progress.stages == ["routing", "setting up the engine", "", RESULTS_STAGE]  # "": simulating
 
 
 def test_the_cache_directory_is_named_after_the_whole_engine_source(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import numpy as np
 from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
-from services.simulator.cancel import setup_stage
+from services.simulator.cancel import RESULTS_STAGE, report_stage, setup_stage
 from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
@@ -103,6 +103,7 @@ class FlowEngine:
             run_time_limit_ns(spec),
             progress,
         )
+        report_stage(progress, RESULTS_STAGE)
         route_count = len(routes.latency_ns)
         route_of_entry = np.repeat(np.arange(route_count), np.diff(routes.offsets))
         flows_per_route = np.bincount(flow_route, minlength=route_count)

@@ -10,7 +10,7 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
-from services.simulator.cancel import Cancelled, check_cancelled
+from services.simulator.cancel import RESULTS_STAGE, Cancelled, check_cancelled
 from services.simulator.packet import layout as L
 from services.simulator.packet.arrays import (
     MAX_BINS,
@@ -124,6 +124,8 @@ def simulate_packets(
         else:  # pragma: no cover - a code the loop does not return
             raise RuntimeError(f"packet engine returned {code}")
     report_started = time.perf_counter()
+    if report_stage is not None:
+        report_stage(RESULTS_STAGE)
     result = run_result(arrays, code == L.RC_STOPPED)
     if phases is not None:
         phases["engine_setup"] = loop_started - started
