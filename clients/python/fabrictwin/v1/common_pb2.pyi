@@ -201,7 +201,7 @@ class Progress(_message.Message):
     """Fraction done, 0..1."""
     stage: _builtins.str
     """What the job is doing now ("queued", "building the workload", "routing", "setting up the engine",
-    "simulating", "storing series", "done").
+    "simulating", "assembling results", "storing series", "done").
     """
     def __init__(
         self,
