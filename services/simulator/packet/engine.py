@@ -35,6 +35,8 @@ from services.simulator.workload import Workload
 
 __all__ = ["MAX_BINS", "MAX_PACKETS_PER_FLOW", "MAX_SERIES_BYTES", "series_cell_bytes", "simulate_packets"]
 
+_LAST_FRACTION = 0.999  # the most progress reported before the loop ends
+
 
 def simulate_packets(
     workload: Workload,
@@ -97,7 +99,9 @@ def simulate_packets(
                     done = pool.settled_bytes() / total_bytes
                 else:
                     done = (arrays.f_recv.sum() + arrays.f_lost.sum()) / total_bytes
-                if not progress(min(0.99, float(done))):
+                # Below 1 until the run is over; 0.99 had left the last 1% without a change (4 s
+                # of an 8,192-rank run, where the service shows a change of 0.1%).
+                if not progress(min(_LAST_FRACTION, float(done))):
                     raise Cancelled()
         elif code == L.RC_GROW_HEAP:
             arrays.grow_heap()
