@@ -11,6 +11,7 @@ where that cannot be done the ns-3 figures are null and `ns3_skipped` says why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -27,9 +28,11 @@ from fabrictwin.v1 import topology_pb2
 from bench.registry import benchmark
 from services.common.snapshot import FabricSnapshot
 from services.simulator.checks import check_simulation
-from services.simulator.results import PacketStats, SimulationOutcome
-from services.simulator.runner import run_simulation
+from services.simulator.engine import RunFabric
+from services.simulator.results import FLOW_RESULTS_LIMIT, PacketStats, SimulationOutcome
+from services.simulator.runner import run_simulation, simulate
 from services.simulator.spec import SimulationSpec
+from services.simulator.workload import STREAM_ABOVE_TRANSFERS, build_workload
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
 
@@ -301,6 +304,73 @@ def _allreduce_k32_benchmark(mode: str) -> Callable[[], dict]:
 
 for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
     benchmark(f"engine.allreduce.k32.{_mode}")(_allreduce_k32_benchmark(_mode))
+
+
+STREAM_CHECK_RANKS = int(os.environ.get("FABRICTWIN_BENCH_STREAM_CHECK_RANKS", "2048"))
+
+
+@benchmark("engine.stream_check.k32")
+def stream_check_k32() -> dict:
+    """A ring generated as it runs gives the same results as the same ring held whole, at a size
+    where it streams by default: the 64 MiB ECMP ring of `engine.allreduce.k32` over
+    `FABRICTWIN_BENCH_STREAM_CHECK_RANKS` ranks (default 2,048: 8.4M transfers, above the 4M from
+    which a ring streams; held whole it takes ~4 GB). `tests/simulator/test_stream.py` checks the
+    same on small rings with blocks of two steps; this checks it at scale, with the default blocks.
+    `differing` names the outcome's fields that differ (none when `equal`)."""
+    _warm_up()
+    snapshot = route_and_snapshot(fat_tree(32))
+    spec = SimulationSpec.from_dict(_allreduce_spec(snapshot, "ECMP", STREAM_CHECK_RANKS))
+    fabric = RunFabric(snapshot, {})
+    runs = {}
+    for name, stream_above in (("streamed", STREAM_ABOVE_TRANSFERS), ("held", np.iinfo(np.int64).max)):
+        workload = build_workload(spec, snapshot, stream_above=stream_above)
+        streams = workload.stream is not None
+        start = time.perf_counter()
+        runs[name] = (simulate(spec, fabric, None, workload), time.perf_counter() - start, streams)
+        del workload
+    (streamed, streamed_s, streamed_ring), (held, held_s, _) = runs["streamed"], runs["held"]
+    got, expected = _comparable(streamed), _comparable(held)
+    differing = [field for field in expected if not _same(got[field], expected[field])]
+    return {
+        "ranks": STREAM_CHECK_RANKS,
+        "streams": streamed_ring,
+        "equal": not differing,
+        "differing": differing,
+        "completion_ms": round(held.jobs[0].completion_ns / 1e6, 6),
+        "events": held.events,
+        "flows": held.flows.count,
+        "streamed_wall_s": round(streamed_s, 2),
+        "held_wall_s": round(held_s, 2),
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+def _comparable(outcome: SimulationOutcome) -> dict[str, Any]:
+    """What a streamed and a held run of one ring must agree on: the job, the packets, every link's
+    totals and series, and the flows a streamed run keeps whole."""
+    job, links, series = outcome.jobs[0], outcome.channels, outcome.series
+    flows = outcome.flows.first(FLOW_RESULTS_LIMIT)
+    return {
+        "completion_ns": job.completion_ns,
+        "ideal_ns": job.ideal_completion_ns,
+        "job_counters": job.counters,
+        "events": outcome.events,
+        "packets": dataclasses.asdict(outcome.packets),
+        "flow_count": outcome.flows.count,
+        "link_channels": links.channels,
+        "link_bytes": links.bytes,
+        "link_drops": links.drops,
+        "link_peak_queue": links.peak_queue_bytes,
+        "series_bytes": series.bytes,
+        "series_queue": series.mean_queue_bytes,
+        "flow_start": flows.start_ns,
+        "flow_finish": flows.finish_ns,
+    }
 
 
 @benchmark("engine.neighbours.k32")
