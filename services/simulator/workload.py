@@ -342,15 +342,16 @@ def streams(spec: SimulationSpec, stream_above: int = STREAM_ABOVE_TRANSFERS) ->
 
 def streamable(spec: SimulationSpec) -> bool:
     """Whether the PACKET engine can run `spec` generating its transfers as it goes: one ring job
-    (AllReduce, ReduceScatter or AllGather by RING), on RoCEv2 with no Go-Back-N, DCQCN, faults or
-    test hooks (whose state outlives a flow's last packet, or names flows by index)."""
+    (AllReduce, ReduceScatter or AllGather by RING), on RoCEv2 with no faults or test hooks (link
+    events reroute every flow by index; the hooks name flows by index). Go-Back-N and DCQCN stream:
+    a flow's slot is reused only once no packet, ACK, NAK, RTO or CNP names it (packet/stream.py)."""
     return (
         spec.fidelity == Fidelity.PACKET
         and len(spec.jobs) == 1
         and spec.jobs[0].collective in RING_COLLECTIVES
         and spec.jobs[0].algorithm == Algorithm.RING
         and spec.transport == Transport.ROCEV2
-        and not (spec.window_bytes or spec.dcqcn or spec.faults or spec.drop_once or spec.mark_once)
+        and not (spec.faults or spec.drop_once or spec.mark_once)
     )
 
 

@@ -57,6 +57,22 @@ CASES = {
     "flowlet_iterations": ring("FLOWLET", iterations=2, lb={"flowlet_gap_ns": 500}),
     "time_limited": ring("SPRAY", time_limit_ns=40_000),  # stops with steps never generated
     "pfc": ring("ADAPTIVE", pfc=True, buffer_bytes=48 << 10, pfc_xoff_bytes=12 << 10, qps=2),
+    # Go-Back-N on a lossy, sprayed fabric: NAKs, timeouts and resends after a receiver had all.
+    "gobackn_lossy": ring("SPRAY", window_bytes=16 << 10, buffer_bytes=6 << 10, retransmit_timeout_ns=20_000),
+    "gobackn_qps_chunks": ring("ECMP", window_bytes=8 << 10, buffer_bytes=5 << 10, qps=2, chunks=2),
+    # DCQCN marking early (from 512 bytes queued): CNPs in flight when their flow's receiver is done.
+    "dcqcn": ring(
+        "ECMP",
+        qps=2,
+        dcqcn=True,
+        pfc=True,
+        buffer_bytes=96 << 10,
+        pfc_xoff_bytes=16 << 10,
+        window_bytes=32 << 10,
+        ecn_kmin_bytes=512,
+        ecn_kmax_bytes=1 << 10,
+        ecn_pmax=1.0,
+    ),
 }
 
 
@@ -127,9 +143,11 @@ def test_the_pool_holds_a_few_steps_not_the_ring(monkeypatch):
 
 
 def test_what_streams_and_what_is_held():
-    """Only a lone ring with no state that outlives a flow streams; everything else is held whole."""
+    """A lone ring streams, Go-Back-N and DCQCN included; with faults or test hooks it is held whole,
+    and so is everything else."""
     assert streamable(ring("SPRAY"))
-    for settings in ({"window_bytes": 64 << 10}, {"dcqcn": True}, {"transport": "INFINIBAND"}):
+    assert streamable(ring("ECMP", window_bytes=64 << 10)) and streamable(ring("ECMP", dcqcn=True))
+    for settings in ({"transport": "INFINIBAND"}, {"drop_once": (0, 1)}):
         assert not streamable(ring("ECMP", **settings)), settings
     assert not streamable(dataclasses.replace(ring("ECMP"), fidelity=ring("ECMP").fidelity.FLOW))
     two = ring("ECMP")

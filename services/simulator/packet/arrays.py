@@ -190,6 +190,7 @@ class EngineArrays:
         self.f_nak = np.zeros(flows, dtype=np.uint8)
         self.f_since_ack = np.zeros(flows, dtype=np.int32)
         self.f_rto_at = np.full(flows, -1, dtype=np.int64)
+        self.f_pend = np.zeros(flows, dtype=np.int32)  # ACK/NAK, RTO and CNP events that name it
         # ACKs return over the flow's path latency (propagation and switches, both ways alike).
         self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
         self.fi = np.zeros((flows, L.FI_SIZE), dtype=np.int64)
@@ -437,7 +438,7 @@ class EngineArrays:
         self.s_ev = np.zeros((bins, channels, self._counter_columns), dtype=np.int64)
 
     def _alloc_packets(self, count: int) -> None:
-        self.p_flow = np.zeros(count, dtype=np.int32)
+        self.p_flow = np.full(count, -1, dtype=np.int32)  # -1: a free slot
         self.p_seq = np.zeros(count, dtype=np.int64)
         self.p_payload = np.zeros(count, dtype=np.int32)
         self.p_wire = np.zeros(count, dtype=np.int32)
@@ -483,7 +484,8 @@ class EngineArrays:
         return np.concatenate([next_slot, extra])
 
     def grow_packets(self) -> None:
-        for name in ("p_flow", "p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in", "p_ecn"):
+        self.p_flow = np.concatenate([self.p_flow, np.full_like(self.p_flow, -1)])  # -1: a free slot
+        for name in ("p_seq", "p_payload", "p_wire", "p_hop", "p_ch", "p_in", "p_ecn"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros_like(a)]))
         self.p_next = self._extend_free_list(self.p_next, L.SC_FREE, L.SC_FREE_COUNT)
@@ -599,6 +601,7 @@ class EngineArrays:
                 self.f_fl_ch,
                 self.f_fl_node,
                 self.f_fl_last,
+                self.f_pend,
             ),
             Reorder(self.rob_bits, self.rob_lost, self.rob_next, self.rob_hist),
             Qps(self.qi, self.qf),

@@ -121,6 +121,7 @@ def maybe_send_cnp(run, heap, fl, qps, f, now):
         qps.qi[q, QI_LAST_CNP] = now
         fl.fi[f, FI_CNP_SENT] += 1
         run.sc[SC_CNP_SENT] += 1
+        fl.pend[f] += 1
         schedule(heap, run.sc, now + fl.ack_lat[f], EV_CNP, f)
 
 

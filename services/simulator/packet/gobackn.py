@@ -31,6 +31,7 @@ __all__ = ["ack_arrives", "receive_in_order", "timeout_fires"]
 
 @kernel
 def _send_ack(run, heap, fl, f, psn, nak, now):
+    fl.pend[f] += 1
     schedule(heap, run.sc, now + fl.ack_lat[f], EV_ACK, (f << 26) | (nak << 25) | psn)
 
 
@@ -105,6 +106,7 @@ def timeout_fires(run, heap, ch, fl, f, now):
     """EV_RTO of flow f: its timer may have expired; returns the NIC port to pull from, or -1."""
     rto = run.pr[PR_RTO]
     if fl.rto_at[f] >= 0 and fl.snd_una[f] < fl.npkts[f]:
+        fl.pend[f] += 1
         if now < fl.rto_at[f]:  # progress since it was armed: wait until the new deadline
             schedule(heap, run.sc, fl.rto_at[f], EV_RTO, f)
         else:

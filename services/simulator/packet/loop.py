@@ -232,8 +232,10 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
             for f in range(tr.flow_off[arg], tr.flow_end[arg]):
                 activate(run, heap, ch, series, fl, rob, qps, tr, pk, f, now)
         elif kind == EV_ACK:
+            fl.pend[arg >> 26] -= 1
             nic = ack_arrives(run, ch, fl, arg, now)
         elif kind == EV_CNP:
+            fl.pend[arg] -= 1
             cnp_arrives(run, heap, fl, qps, arg, now)
         elif kind == EV_CC_TIMER:
             timer_fires(run, heap, qps, arg, now)
@@ -257,6 +259,7 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
             sc[SC_EPOCH] = arg
             return RC_REROUTE  # Python installs the epoch's forwarding tables and resumes
         else:  # EV_RTO
+            fl.pend[arg] -= 1
             nic = timeout_fires(run, heap, ch, fl, arg, now)
         if nic >= 0:
             pull(run, heap, ch, series, fl, qps, tr, pk, nic, now)

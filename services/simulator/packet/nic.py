@@ -174,6 +174,7 @@ def pull(run, heap, ch, series, fl, qps, tr, pk, c, now):
         done_sending = fl.snd_nxt[f] >= fl.npkts[f]
         if fl.rto_at[f] < 0:
             fl.rto_at[f] = now + pr[PR_RTO]
+            fl.pend[f] += 1
             schedule(heap, sc, now + pr[PR_RTO], EV_RTO, f)
     else:
         fl.sent[f] += payload

@@ -148,6 +148,7 @@ class Flows(NamedTuple):
     fl_ch: np.ndarray  # FLOWLET: per (reorder slot, hop) the channel, switch and last use
     fl_node: np.ndarray
     fl_last: np.ndarray
+    pend: np.ndarray  # int32: events pending that name it (ACK or NAK, RTO, CNP)
 
 
 class Reorder(NamedTuple):

@@ -11,12 +11,15 @@ exist now in slots of the engine's transfer and flow arrays:
   the next block of transfers (`ring_block`, whole steps at a time) into free slots. A prerequisite
   completes only after it was released, so every dependent exists before any prerequisite of it
   can count it down: pending counts start at the transfer's whole number of prerequisites.
-- Freeing: with no Go-Back-N, DCQCN or faults (`workload.streamable`), a flow every byte of which
-  was delivered or dropped holds nothing the loop still uses (no packet, timer or reorder window;
-  it left its NIC's ring when its last packet was sent), and its transfer has released its
-  dependents. Slots come in pages of one block: when no page is free, the pages whose transfers are
-  all accounted fold their flows' results into the run's totals (`StreamedFlows`) and are freed
-  (else a page is added), so every fill and fold is a contiguous slice.
+- Freeing: a flow every byte of which was delivered or dropped has released its transfer's
+  dependents, and holds nothing the loop still uses once no packet in flight names it (a free
+  packet slot names flow -1), no pending ACK, NAK, RTO or CNP event does (`Flows.pend` counts
+  them: scheduled +1, handled -1) and it is in no NIC's ring of flows to send. Without Go-Back-N
+  and DCQCN that is the case as soon as it is accounted; with them its sender may still wait for
+  ACKs, time out and resend (a stale RTO pops up to the timeout later). Slots come in pages of one
+  block: when no page is free, the pages whose flows are all settled so fold their results into
+  the run's totals (`StreamedFlows`) and are freed (else a page is added), so every fill and fold
+  is a contiguous slice.
 - The first block goes to page 0 (slot = index) and holds every transfer with no prerequisite, and
   the event queue orders events by time alone (ties by its own generator, not by slot), so a
   streamed run schedules the same events in the same order as the same ring held whole: the
@@ -65,6 +68,7 @@ _FLOW_ARRAYS = {
     "f_nak": 0,
     "f_since_ack": 0,
     "f_rto_at": -1,
+    "f_pend": 0,
     "f_ack_lat": 1,
     "fi": 0,
     "f_qp": 0,
@@ -229,13 +233,29 @@ class TransferPool:
     def _free_page(self) -> int:
         """The lowest free page: after freeing the pages whose transfers are all done, else a new one."""
         if -1 not in self.first:
+            live = None  # the flows of the packets in flight, once
             for page in range(len(self.first)):
                 base = page * self.page
-                if (self.a.t_unarrived[base : base + self.count[page]] == 0).all():
+                if not (self.a.t_unarrived[base : base + self.count[page]] == 0).all():
+                    continue
+                if live is None:
+                    live = self.a.p_flow[self.a.p_flow >= 0]
+                if self._settled(page, live):
                     self._release(page)
         if -1 not in self.first:
             self._add_page()
         return self.first.index(-1)
+
+    def _settled(self, page: int, live_flows: np.ndarray) -> bool:
+        """Whether nothing names the flows of a page whose transfers are all accounted: no packet
+        in flight (`live_flows`), no ACK, NAK, RTO or CNP event pending, no NIC's ring of flows to
+        send. Without Go-Back-N and DCQCN an accounted flow has none of these; with them, its
+        sender may still be waiting for ACKs (and resend) after its receiver has everything."""
+        f = self._flows_of(page)
+        a = self.a
+        if a.f_pend[f].any() or a.f_linked[f].any():
+            return False
+        return not ((live_flows >= f.start) & (live_flows < f.stop)).any()
 
     def finish(self) -> StreamedFlows:
         """At the end of the run: every transfer still in a slot, folded (finished or not); those a

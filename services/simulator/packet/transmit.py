@@ -53,8 +53,9 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
 
 @kernel_inline
 def free_packet(run, pk, p):
-    """Packet slot p goes back to the free list."""
+    """Packet slot p goes back to the free list (its flow -1: a free slot names no flow)."""
     sc = run.sc
+    pk.flow[p] = -1
     pk.next[p] = sc[SC_FREE]
     sc[SC_FREE] = p
     sc[SC_FREE_COUNT] += 1
