@@ -317,9 +317,21 @@ def stream_check_k32() -> dict:
     which a ring streams; held whole it takes ~4 GB). `tests/simulator/test_stream.py` checks the
     same on small rings with blocks of two steps; this checks it at scale, with the default blocks.
     `differing` names the outcome's fields that differ (none when `equal`)."""
+    return _stream_check("ECMP")
+
+
+@benchmark("engine.stream_check.k32.gobackn")
+def stream_check_k32_gobackn() -> dict:
+    """`engine.stream_check.k32` under Go-Back-N (64 KiB window) with SPRAY: the receivers discard
+    what arrives out of order and NAK, so senders go back and resend while their receivers may
+    already have everything (a flow's slot waits for its last ACK, NAK and RTO)."""
+    return _stream_check("SPRAY", window_bytes=64 << 10, buffer_bytes=64 << 10)
+
+
+def _stream_check(mode: str, **settings: int) -> dict:
     _warm_up()
     snapshot = route_and_snapshot(fat_tree(32))
-    spec = SimulationSpec.from_dict(_allreduce_spec(snapshot, "ECMP", STREAM_CHECK_RANKS))
+    spec = SimulationSpec.from_dict({**_allreduce_spec(snapshot, mode, STREAM_CHECK_RANKS), **settings})
     fabric = RunFabric(snapshot, {})
     runs = {}
     for name, stream_above in (("streamed", STREAM_ABOVE_TRANSFERS), ("held", np.iinfo(np.int64).max)):
@@ -331,14 +343,21 @@ def stream_check_k32() -> dict:
     (streamed, streamed_s, streamed_ring), (held, held_s, _) = runs["streamed"], runs["held"]
     got, expected = _comparable(streamed), _comparable(held)
     differing = [field for field in expected if not _same(got[field], expected[field])]
+    packets = held.packets
     return {
         "ranks": STREAM_CHECK_RANKS,
+        "mode": mode,
+        **settings,
         "streams": streamed_ring,
         "equal": not differing,
         "differing": differing,
         "completion_ms": round(held.jobs[0].completion_ns / 1e6, 6),
         "events": held.events,
         "flows": held.flows.count,
+        "dropped_packets": packets.dropped,
+        "retransmitted_packets": packets.retransmitted,
+        "naks": packets.naks,
+        "timeouts": packets.timeouts,
         "streamed_wall_s": round(streamed_s, 2),
         "held_wall_s": round(held_s, 2),
     }
