@@ -343,7 +343,7 @@ def _stream_check(mode: str, **settings: int) -> dict:
     (streamed, streamed_s, streamed_ring), (held, held_s, _) = runs["streamed"], runs["held"]
     got, expected = _comparable(streamed), _comparable(held)
     differing = [field for field in expected if not _same(got[field], expected[field])]
-    packets = held.packets
+    packets = _packets(held)
     return {
         "ranks": STREAM_CHECK_RANKS,
         "mode": mode,
@@ -379,7 +379,7 @@ def _comparable(outcome: SimulationOutcome) -> dict[str, Any]:
         "ideal_ns": job.ideal_completion_ns,
         "job_counters": job.counters,
         "events": outcome.events,
-        "packets": dataclasses.asdict(outcome.packets),
+        "packets": dataclasses.asdict(_packets(outcome)),
         "flow_count": outcome.flows.count,
         "link_channels": links.channels,
         "link_bytes": links.bytes,
