@@ -117,6 +117,8 @@ class CostEstimate:
     # PACKET, one ring generated as it runs (workload.RingStream): its transfers and flows are never
     # all held, so their counts are not limited (its packets and events still are).
     streamed: bool = False
+    # What would make this spec smaller that the generic advice does not say (`_hint`).
+    hint: str = ""
 
     @property
     def listed_flows(self) -> int:
@@ -142,14 +144,16 @@ class CostEstimate:
         """ResourceExhausted naming each estimate above its limit (and the limit)."""
         exceeding = self.exceeding(limits)
         if exceeding:
-            raise too_large(exceeding)
+            raise too_large(exceeding, self.hint, flow=self.packets == 0)  # packets: 0 at FLOW
 
 
-def too_large(exceeding: Sequence[str]) -> ResourceExhausted:
+def too_large(exceeding: Sequence[str], hint: str = "", flow: bool = False) -> ResourceExhausted:
+    """`flow`: the spec is at FLOW fidelity already (the advice does not offer it)."""
+    smaller = "a larger mtu_bytes" + ("" if flow else " or FLOW fidelity")
     return ResourceExhausted(
         f"spec: the simulation is too large for this simulator: estimated {'; '.join(exceeding)}. "
-        "Fewer iterations, chunks, QPs, ranks or flows, a larger mtu_bytes or FLOW fidelity make it "
-        "smaller (the simulator's --max-* flags set its limits)"
+        f"{hint}Fewer iterations, chunks, QPs, ranks or flows, {smaller} make it smaller (the "
+        "simulator's --max-* flags set its limits)"
     )
 
 
@@ -314,4 +318,22 @@ def estimate_cost(
         memory += _FLOW_BYTES_PER_TRANSFER * transfers + _FLOW_BYTES_PER_QP_FLOW * max(0, flows - transfers)
     memory += engine_for(spec.fidelity).series_memory_bytes(spec, snapshot, shortest)
     memory += engine_for(spec.fidelity).flow_memory_bytes(spec, snapshot, flows)
-    return CostEstimate(transfers, flows, edges, packets, events, memory, tuple(costs), shortest, streamed)
+    hint = "" if streamed else _hint(spec)
+    return CostEstimate(
+        transfers, flows, edges, packets, events, memory, tuple(costs), shortest, streamed=streamed, hint=hint
+    )
+
+
+def _hint(spec: SimulationSpec) -> str:
+    """The advice for a ring held whole that would be generated as it runs with another setting."""
+    if spec.fidelity == Fidelity.FLOW and streams(dataclasses.replace(spec, fidelity=Fidelity.PACKET)):
+        return (
+            "At PACKET fidelity this ring is generated as it runs (only a few steps of it are held), "
+            "where FLOW holds every transfer. "
+        )
+    if streams(dataclasses.replace(spec, faults=(), drop_once=None, mark_once=None)):
+        return (
+            "Without faults or test hooks this ring would be generated as it runs (they name flows by "
+            "index, so the ring is held whole). "
+        )
+    return ""

@@ -15,9 +15,10 @@ import grpc
 import pytest
 from fabrictwin.v1 import common_pb2, simulation_pb2
 
+from services.common.errors import ResourceExhausted
 from services.simulator.admission import DEFAULT_LIMITS, SimulationLimits, job_cost
 from services.simulator.checks import check_simulation
-from services.simulator.spec import Collective, JobSpec, SimulationSpec
+from services.simulator.spec import Collective, Fidelity, JobSpec, SimulationSpec
 
 from .fabrics import fat_tree
 from .servers import simulator_server, wait_done
@@ -214,3 +215,24 @@ def test_a_ring_generated_as_it_runs_is_costed_by_what_it_holds():
         "transfers 5,201,920 (limit 5,000,000)",
     ]
     assert held.memory_bytes > 2 * streamed.memory_bytes
+
+
+def test_a_refused_ring_says_how_it_would_fit():
+    """A ring too large to hold is refused with what would run it: at FLOW fidelity, PACKET (which
+    generates a large ring as it runs: 8,192 ranks at FLOW were refused with the advice to use
+    FLOW); at PACKET with a test hook, the same ring without it."""
+    fabric = fat_tree(8)
+    job = {"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 128, "iterations": 160}
+    spec = SimulationSpec.from_dict(
+        {"fabric": fabric.fabric, "fidelity": "FLOW", "jobs": [job], "load_balancing": {"mode": "ECMP"}}
+    )
+    with pytest.raises(ResourceExhausted) as flow:
+        check_simulation(spec, fabric).estimate.admit(DEFAULT_LIMITS)
+    assert "transfers 5,201,920 (limit 5,000,000)" in str(flow.value)
+    assert "At PACKET fidelity this ring is generated as it runs" in str(flow.value)
+    assert "or FLOW fidelity" not in str(flow.value)  # it is FLOW already
+    packet = dataclasses.replace(spec, fidelity=Fidelity.PACKET)
+    check_simulation(packet, fabric).estimate.admit(DEFAULT_LIMITS)  # streamed: admitted
+    with pytest.raises(ResourceExhausted) as hooked:
+        check_simulation(dataclasses.replace(packet, drop_once=(0, 1)), fabric).estimate.admit(DEFAULT_LIMITS)
+    assert "Without faults or test hooks this ring would be generated as it runs" in str(hooked.value)
