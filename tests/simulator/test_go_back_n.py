@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from services.common.errors import InvalidArgument
+from services.simulator.packet import layout as L
+from services.simulator.packet.arrays import EngineArrays
+from services.simulator.packet.config import PacketEngineConfig
+from services.simulator.packet.gobackn import timeout_fires
+from services.simulator.packet.state import Flows
+from services.simulator.paths import route_workload
 from services.simulator.runner import run_simulation
+from services.simulator.spec import LoadBalancingMode, LoadBalancingSpec, SimulationSpec
+from services.simulator.workload import build_workload
 from tests.simulator.fabrics import fat_tree
 
 FABRIC = fat_tree(4, rate_bps=100_000_000_000)
@@ -110,3 +118,34 @@ def test_without_go_back_n_a_lossy_link_loses_data_and_says_so():
 def test_bad_faults_are_refused_naming_the_field(fault, field):
     with pytest.raises(InvalidArgument, match=field):
         one_flow(faults=[fault])
+
+
+def test_a_timer_left_by_a_slots_earlier_occupant_does_nothing():
+    """A streamed ring reuses flow slots while the earlier occupant's (disarmed) retransmission timer
+    is still pending; when it pops, the slot's new flow may be armed. The timer carries its
+    occupant (`nic.rto_arg`): the stale one does nothing, the new flow's own one re-arms lazily."""
+    fabric = fat_tree(4)
+    spec = SimulationSpec.from_dict(
+        {
+            "fabric": fabric.fabric,
+            "fidelity": "PACKET",
+            "jobs": [{"collective": "ALL_REDUCE", "size_bytes": 1 << 20, "rank_count": 4}],
+            "load_balancing": {"mode": "ECMP"},
+            "window_bytes": 64 << 10,
+        }
+    )
+    workload = build_workload(spec, fabric)
+    lb = LoadBalancingSpec(mode=LoadBalancingMode.ECMP)
+    routes, flow_route = route_workload(lb, fabric, workload, 0)
+    config = PacketEngineConfig(lb, 4096, 82, 1 << 20, 0, 0, window_packets=16, retransmit_timeout_ns=1000)
+    arrays = EngineArrays(fabric, workload, routes, flow_route, config, 1_000_000)
+    run, heap, ch = arrays.state()[:3]
+    fl = next(part for part in arrays.state() if isinstance(part, Flows))
+    slot, queued = 1, int(run.sc[L.SC_HEAP])
+    fl.gen[slot], fl.rto_at[slot], fl.snd_una[slot] = 3, 5000, 0  # occupant 3, armed until 5000
+    stale = (slot << L.RTO_GEN_BITS) | 2  # occupant 2's timer
+    assert timeout_fires(run, heap, ch, fl, stale, 100) == -1
+    assert run.sc[L.SC_HEAP] == queued and run.sc[L.SC_TIMEOUTS] == 0  # nothing scheduled, no timeout
+    own = (slot << L.RTO_GEN_BITS) | 3
+    assert timeout_fires(run, heap, ch, fl, own, 100) == -1
+    assert run.sc[L.SC_HEAP] == queued + 1  # its deadline moved on: one event, at 5000

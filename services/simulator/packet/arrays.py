@@ -190,7 +190,8 @@ class EngineArrays:
         self.f_nak = np.zeros(flows, dtype=np.uint8)
         self.f_since_ack = np.zeros(flows, dtype=np.int32)
         self.f_rto_at = np.full(flows, -1, dtype=np.int64)
-        self.f_pend = np.zeros(flows, dtype=np.int32)  # ACK/NAK, RTO and CNP events that name it
+        self.f_pend = np.zeros(flows, dtype=np.int32)  # ACK/NAK and CNP events that name it
+        self.f_gen = np.zeros(flows, dtype=np.int32)  # the slot's occupant (its RTO events carry it)
         # ACKs return over the flow's path latency (propagation and switches, both ways alike).
         self.f_ack_lat = (routes.latency_ns[flow_route].astype(np.int64) * 1000).clip(min=1)
         self.fi = np.zeros((flows, L.FI_SIZE), dtype=np.int64)
@@ -602,6 +603,7 @@ class EngineArrays:
                 self.f_fl_node,
                 self.f_fl_last,
                 self.f_pend,
+                self.f_gen,
             ),
             Reorder(self.rob_bits, self.rob_lost, self.rob_next, self.rob_hist),
             Qps(self.qi, self.qf),

@@ -16,6 +16,8 @@ from services.simulator.packet.layout import (
     FI_REC_START,
     PR_ACK_EVERY,
     PR_RTO,
+    RTO_GEN_BITS,
+    RTO_GEN_MASK,
     SC_DELIVERED,
     SC_DELIVERED_BYTES,
     SC_DISCARDED,
@@ -23,7 +25,7 @@ from services.simulator.packet.layout import (
     SC_NAKS,
     SC_TIMEOUTS,
 )
-from services.simulator.packet.nic import link
+from services.simulator.packet.nic import link, rto_arg
 from services.simulator.packet.transmit import free_packet
 
 __all__ = ["ack_arrives", "receive_in_order", "timeout_fires"]
@@ -102,16 +104,20 @@ def ack_arrives(run, ch, fl, arg, now):
 
 
 @kernel
-def timeout_fires(run, heap, ch, fl, f, now):
-    """EV_RTO of flow f: its timer may have expired; returns the NIC port to pull from, or -1."""
+def timeout_fires(run, heap, ch, fl, arg, now):
+    """EV_RTO (arg: `rto_arg`): the flow's timer may have expired; returns the NIC port to pull
+    from, or -1. A timer of the slot's earlier occupant does nothing (the occupant had disarmed it:
+    its slot was freed only with `rto_at` -1)."""
+    f = arg >> RTO_GEN_BITS
+    if arg & RTO_GEN_MASK != fl.gen[f] & RTO_GEN_MASK:
+        return -1
     rto = run.pr[PR_RTO]
     if fl.rto_at[f] >= 0 and fl.snd_una[f] < fl.npkts[f]:
-        fl.pend[f] += 1
         if now < fl.rto_at[f]:  # progress since it was armed: wait until the new deadline
-            schedule(heap, run.sc, fl.rto_at[f], EV_RTO, f)
+            schedule(heap, run.sc, fl.rto_at[f], EV_RTO, rto_arg(fl, f))
         else:
             run.sc[SC_TIMEOUTS] += 1
             fl.rto_at[f] = now + rto
-            schedule(heap, run.sc, now + rto, EV_RTO, f)
+            schedule(heap, run.sc, now + rto, EV_RTO, rto_arg(fl, f))
             return _go_back(ch, fl, f, fl.snd_una[f], now)
     return -1

@@ -259,7 +259,6 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
             sc[SC_EPOCH] = arg
             return RC_REROUTE  # Python installs the epoch's forwarding tables and resumes
         else:  # EV_RTO
-            fl.pend[arg] -= 1
             nic = timeout_fires(run, heap, ch, fl, arg, now)
         if nic >= 0:
             pull(run, heap, ch, series, fl, qps, tr, pk, nic, now)

@@ -33,6 +33,8 @@ from services.simulator.packet.layout import (
     QI_CAP,
     QI_CC,
     QI_NEXT_TX,
+    RTO_GEN_BITS,
+    RTO_GEN_MASK,
     SC_FREE,
     SC_FREE_COUNT,
     SC_INJECTED,
@@ -46,7 +48,14 @@ from services.simulator.packet.layout import (
 )
 from services.simulator.packet.transmit import start_tx
 
-__all__ = ["activate", "link", "pull"]
+__all__ = ["activate", "link", "pull", "rto_arg"]
+
+
+@kernel_inline
+def rto_arg(fl, f):
+    """An EV_RTO's argument: flow slot f and its occupant, so that a timer left by an earlier
+    occupant of a reused slot (a streamed ring) is told apart and ignored (`timeout_fires`)."""
+    return (f << RTO_GEN_BITS) | (fl.gen[f] & RTO_GEN_MASK)
 
 
 @kernel
@@ -174,8 +183,7 @@ def pull(run, heap, ch, series, fl, qps, tr, pk, c, now):
         done_sending = fl.snd_nxt[f] >= fl.npkts[f]
         if fl.rto_at[f] < 0:
             fl.rto_at[f] = now + pr[PR_RTO]
-            fl.pend[f] += 1
-            schedule(heap, sc, now + pr[PR_RTO], EV_RTO, f)
+            schedule(heap, sc, now + pr[PR_RTO], EV_RTO, rto_arg(fl, f))
     else:
         fl.sent[f] += payload
         done_sending = fl.sent[f] >= fl.size[f]

@@ -175,7 +175,7 @@ def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
     interval_ps = int(a.pr[L.PR_INTERVAL])
     end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
     used_bins = max(1, -(-end_ps // interval_ps))
-    streamed = a.pool.finish() if a.pool is not None else None
+    streamed = a.pool.finish(int(sc[L.SC_NOW])) if a.pool is not None else None
     if streamed is not None:  # its first flows, whole; the rest are in its totals
         start, finish, lost, fi = streamed.start, streamed.finish, streamed.lost, streamed.fi
     else:

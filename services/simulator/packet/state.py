@@ -148,7 +148,8 @@ class Flows(NamedTuple):
     fl_ch: np.ndarray  # FLOWLET: per (reorder slot, hop) the channel, switch and last use
     fl_node: np.ndarray
     fl_last: np.ndarray
-    pend: np.ndarray  # int32: events pending that name it (ACK or NAK, RTO, CNP)
+    pend: np.ndarray  # int32: ACK, NAK and CNP events pending that name it
+    gen: np.ndarray  # int32: its slot's occupant, counted from 0 (a streamed run reuses slots)
 
 
 class Reorder(NamedTuple):

@@ -13,10 +13,12 @@ exist now in slots of the engine's transfer and flow arrays:
   can count it down: pending counts start at the transfer's whole number of prerequisites.
 - Freeing: a flow every byte of which was delivered or dropped has released its transfer's
   dependents, and holds nothing the loop still uses once no packet in flight names it (a free
-  packet slot names flow -1), no pending ACK, NAK, RTO or CNP event does (`Flows.pend` counts
-  them: scheduled +1, handled -1) and it is in no NIC's ring of flows to send. Without Go-Back-N
-  and DCQCN that is the case as soon as it is accounted; with them its sender may still wait for
-  ACKs, time out and resend (a stale RTO pops up to the timeout later). Slots come in pages of one
+  packet slot names flow -1), no pending ACK, NAK or CNP event does (`Flows.pend` counts them:
+  scheduled +1, handled -1), it is in no NIC's ring of flows to send and its retransmission timer
+  is disarmed. Without Go-Back-N and DCQCN that is the case as soon as it is accounted; with them
+  its sender may still wait for ACKs, time out and resend. A disarmed timer's event stays pending
+  up to the timeout: it carries its slot's occupant (`Flows.gen`, `nic.rto_arg`) and does nothing
+  once the slot holds another flow, so slots do not wait for it. Slots come in pages of one
   block: when no page is free, the pages whose flows are all settled so fold their results into
   the run's totals (`StreamedFlows`) and are freed (else a page is added), so every fill and fold
   is a contiguous slice.
@@ -69,6 +71,7 @@ _FLOW_ARRAYS = {
     "f_since_ack": 0,
     "f_rto_at": -1,
     "f_pend": 0,
+    "f_gen": 0,  # (counted up at each fill, not reset)
     "f_ack_lat": 1,
     "fi": 0,
     "f_qp": 0,
@@ -217,8 +220,9 @@ class TransferPool:
         for name, template in self.templates.items():
             getattr(a, name)[f] = template[rows]
         for name, fill in _FLOW_ARRAYS.items():
-            if name not in self.templates:
+            if name not in self.templates and name != "f_gen":
                 getattr(a, name)[f] = fill
+        a.f_gen[f] += 1  # a new occupant: the earlier one's timers no longer apply
         a.fi[f, L.FI_REC_START] = -1
         a.f_finish[f] = -1
         sizes = stream.flow_sizes(block.sizes).ravel()
@@ -248,18 +252,26 @@ class TransferPool:
 
     def _settled(self, page: int, live_flows: np.ndarray) -> bool:
         """Whether nothing names the flows of a page whose transfers are all accounted: no packet
-        in flight (`live_flows`), no ACK, NAK, RTO or CNP event pending, no NIC's ring of flows to
-        send. Without Go-Back-N and DCQCN an accounted flow has none of these; with them, its
-        sender may still be waiting for ACKs (and resend) after its receiver has everything."""
+        in flight (`live_flows`), no ACK, NAK or CNP event pending, no NIC's ring of flows to send,
+        no armed retransmission timer. Without Go-Back-N and DCQCN an accounted flow has none of
+        these; with them, its sender may still be waiting for ACKs (and resend) after its receiver
+        has everything."""
         f = self._flows_of(page)
         a = self.a
-        if a.f_pend[f].any() or a.f_linked[f].any():
+        # A disarmed timer (rto_at -1) stays so: nothing else can make the flow send again. Its
+        # pending RTO events carry this occupant's generation and do nothing once the slot is reused.
+        if a.f_pend[f].any() or a.f_linked[f].any() or (a.f_rto_at[f] >= 0).any():
             return False
         return not ((live_flows >= f.start) & (live_flows < f.stop)).any()
 
-    def finish(self) -> StreamedFlows:
-        """At the end of the run: every transfer still in a slot, folded (finished or not); those a
-        time-limited run never generated count as unfinished."""
+    def finish(self, now: int) -> StreamedFlows:
+        """At the end of the run (`now`, ps): every transfer still in a slot, folded (finished or
+        not; a loss recovery still open counts until now, as in a held run); those a time-limited
+        run never generated count as unfinished."""
+        a = self.a
+        open_ = a.fi[:, L.FI_REC_START] >= 0
+        a.fi[open_, L.FI_REC_PS] += now - a.fi[open_, L.FI_REC_START]
+        a.fi[open_, L.FI_REC_START] = -1
         for page in range(len(self.first)):
             if self.first[page] >= 0:
                 self._release(page)
