@@ -19,7 +19,7 @@ from services.simulator.packet import arrays as packet_arrays
 from services.simulator.packet.arrays import EngineArrays
 from services.simulator.runner import simulate
 from services.simulator.spec import SimulationSpec
-from services.simulator.workload import build_workload, streamable, streams
+from services.simulator.workload import Workload, build_workload, streamable, streams
 from tests.simulator.fabrics import fat_tree
 
 GBPS = 1_000_000_000
@@ -126,13 +126,13 @@ def test_a_streamed_ring_gives_the_held_rings_results(name):
     assert any("generated as the run went" in n for n in got_outcome.model_notes)
 
 
-def test_the_pool_holds_a_few_steps_not_the_ring(monkeypatch):
-    """Slots stay at a few steps of the ring however long it runs (here 30 steps, 60 iterations'
-    worth of transfers would be 28,800)."""
-    spec = ring("ECMP", iterations=60)
+def _watched_pool(monkeypatch, spec: SimulationSpec, block_transfers: int) -> tuple[Workload, list[int]]:
+    """`spec`'s streamed workload with blocks of `block_transfers`, and the list the pool's slot
+    count is appended to each time the loop is called."""
     streamed = build_workload(spec, FABRIC, stream_above=0)
-    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=32)
-    sizes = []
+    assert streamed.stream is not None
+    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=block_transfers)
+    sizes: list[int] = []
     original = EngineArrays.state
 
     def watch(self):
@@ -141,6 +141,14 @@ def test_the_pool_holds_a_few_steps_not_the_ring(monkeypatch):
         return original(self)
 
     monkeypatch.setattr(EngineArrays, "state", watch)
+    return streamed, sizes
+
+
+def test_the_pool_holds_a_few_steps_not_the_ring(monkeypatch):
+    """Slots stay at a few steps of the ring however long it runs (here 30 steps, 60 iterations'
+    worth of transfers would be 28,800)."""
+    spec = ring("ECMP", iterations=60)
+    streamed, sizes = _watched_pool(monkeypatch, spec, block_transfers=32)
     outcome = simulate(spec, RunFabric(FABRIC, {}), None, streamed)
     assert outcome.jobs[0].completed
     assert outcome.flows.count == 16 * 30 * 60
@@ -153,17 +161,7 @@ def test_stale_timers_do_not_hold_slots(monkeypatch):
     waits for its flow's timer to be disarmed, not for that event, so a timeout of ~40 steps keeps
     the pool at a few steps (it held ~60% of this ring with a 2 ms timeout while it waited)."""
     spec = ring("ECMP", window_bytes=16 << 10, iterations=6, retransmit_timeout_ns=2_000_000)
-    streamed = build_workload(spec, FABRIC, stream_above=0)
-    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=16)
-    sizes = []
-    original = EngineArrays.state
-
-    def watch(self):
-        if self.pool is not None:
-            sizes.append(len(self.t_index))
-        return original(self)
-
-    monkeypatch.setattr(EngineArrays, "state", watch)
+    streamed, sizes = _watched_pool(monkeypatch, spec, block_transfers=16)
     held = simulate(spec, RunFabric(FABRIC, {}), None, build_workload(spec, FABRIC))
     outcome = simulate(spec, RunFabric(FABRIC, {}), None, streamed)
     assert _summary(outcome) == _summary(held)
