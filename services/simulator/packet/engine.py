@@ -10,7 +10,7 @@ import numpy as np
 
 from services.common.errors import FailedPrecondition
 from services.common.snapshot import FabricSnapshot
-from services.simulator.cancel import RESULTS_STAGE, Cancelled, check_cancelled
+from services.simulator.cancel import RESULTS_STAGE, Cancelled, check_cancelled, report_stage
 from services.simulator.packet import layout as L
 from services.simulator.packet.arrays import (
     MAX_BINS,
@@ -70,14 +70,12 @@ def simulate_packets(
         total_bytes = max(1, int(workload.flow_size_bytes.sum()))
     # The first run of this engine source compiles it (about a minute): say so to whoever waits, when
     # the progress callback can carry a stage (the service's WorkerProgress.report_stage).
-    report_stage: Callable[[str], None] | None = getattr(progress, "report_stage", None)
-    compiling = report_stage is not None and not engine_compiled()
-    if report_stage is not None:  # the setup is over: simulating (or compiling first)
-        report_stage(COMPILING_STAGE if compiling else "")
+    compiling = hasattr(progress, "report_stage") and not engine_compiled()
+    report_stage(progress, COMPILING_STAGE if compiling else "")  # the setup is over: simulating
     while True:
         code = run_events(*arrays.state())
-        if compiling and report_stage is not None:
-            report_stage("")
+        if compiling:
+            report_stage(progress, "")
             compiling = False
         if code == L.RC_DONE or code == L.RC_STOPPED:
             if code == L.RC_DONE and config.pfc and (arrays.f_finish < 0).any():
@@ -128,8 +126,7 @@ def simulate_packets(
         else:  # pragma: no cover - a code the loop does not return
             raise RuntimeError(f"packet engine returned {code}")
     report_started = time.perf_counter()
-    if report_stage is not None:
-        report_stage(RESULTS_STAGE)
+    report_stage(progress, RESULTS_STAGE)
     result = run_result(arrays, code == L.RC_STOPPED)
     if phases is not None:
         phases["engine_setup"] = loop_started - started
