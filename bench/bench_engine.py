@@ -324,7 +324,8 @@ def stream_check_k32() -> dict:
 def stream_check_k32_gobackn() -> dict:
     """`engine.stream_check.k32` under Go-Back-N (64 KiB window) with SPRAY: the receivers discard
     what arrives out of order and NAK, so senders go back and resend while their receivers may
-    already have everything (a flow's slot waits for its last ACK, NAK and RTO)."""
+    already have everything (a flow's slot waits for its last ACK and NAK, and for its timer to be
+    disarmed)."""
     return _stream_check("SPRAY", window_bytes=64 << 10, buffer_bytes=64 << 10)
 
 

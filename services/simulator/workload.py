@@ -344,7 +344,8 @@ def streamable(spec: SimulationSpec) -> bool:
     """Whether the PACKET engine can run `spec` generating its transfers as it goes: one ring job
     (AllReduce, ReduceScatter or AllGather by RING), on RoCEv2 with no faults or test hooks (link
     events reroute every flow by index; the hooks name flows by index). Go-Back-N and DCQCN stream:
-    a flow's slot is reused only once no packet, ACK, NAK, RTO or CNP names it (packet/stream.py)."""
+    a flow's slot is reused only once no packet, ACK, NAK or CNP names it and its retransmission
+    timer is disarmed (packet/stream.py)."""
     return (
         spec.fidelity == Fidelity.PACKET
         and len(spec.jobs) == 1
