@@ -42,7 +42,7 @@ from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
-from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams
+from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams, without_flows_by_index
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -331,7 +331,7 @@ def _hint(spec: SimulationSpec) -> str:
             "At PACKET fidelity this ring is generated as it runs (only a few steps of it are held), "
             "where FLOW holds every transfer. "
         )
-    if streams(dataclasses.replace(spec, faults=(), drop_once=None, mark_once=None)):
+    if streams(without_flows_by_index(spec)):
         return (
             "Without faults or test hooks this ring would be generated as it runs (they name flows by "
             "index, so the ring is held whole). "
