@@ -43,6 +43,67 @@ def test_max_min_counts_fractions_of_split_flows():
     assert rates.tolist() == pytest.approx([6.0, 6.0])
 
 
+def random_sharing(rng, flows, channels, caps):
+    """Entries of `flows` flows on 1-4 of `channels` channels (some split, some crossing one
+    twice), capacities and (optionally) caps drawn from a few values so that shares tie."""
+    entry_flow, entry_channel, entry_fraction = [], [], []
+    for f in range(flows):
+        length = int(rng.integers(1, 5))
+        entry_flow += [f] * length
+        entry_channel += rng.choice(channels, length).tolist()
+        entry_fraction += rng.choice([1.0, 1.0, 0.5, 0.25, 1 / 3], length).tolist()
+    capacity = rng.choice([100.0, 200.0, 400.0], channels) * G
+    cap = (
+        np.where(rng.random(flows) < 0.3, rng.choice([10.0, 37.5, 150.0], flows) * G, np.inf)
+        if caps
+        else None
+    )
+    return np.array(entry_flow), np.array(entry_channel), np.array(entry_fraction), capacity, flows, cap
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_max_min_rates_are_max_min_fair(seed):
+    # No channel is over capacity, and every flow is at its cap or crosses a saturated channel on
+    # which no flow gets more (its bottleneck): the definition, checked without the filling.
+    flow, channel, fraction, capacity, flows, cap = random_sharing(
+        np.random.default_rng(seed), 12, 9, seed % 2
+    )
+    rates = max_min_rates(flow, channel, fraction, capacity, flows, cap)
+    load = np.bincount(channel, weights=fraction * rates[flow], minlength=len(capacity))
+    assert (load <= capacity * (1 + 1e-12)).all()
+    saturated = load >= capacity * (1 - 1e-12)
+    for f in range(flows):
+        if cap is not None and rates[f] >= cap[f] * (1 - 1e-12):
+            continue
+        bottlenecks = [
+            c
+            for c in channel[flow == f]
+            if saturated[c] and rates[f] >= rates[flow[channel == c]].max() * (1 - 1e-12)
+        ]
+        assert bottlenecks, f"flow {f} has no bottleneck"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_flow_rate_depends_on_its_component_alone_to_the_bit(seed):
+    # Two independent sharing problems side by side (channels renumbered apart) give each flow
+    # exactly the rate it gets alone: what lets the compiled loop refill only the components
+    # whose flows changed.
+    rng = np.random.default_rng(100 + seed)
+    a = random_sharing(rng, 7, 6, seed % 2)
+    b = random_sharing(rng, 9, 5, seed % 2)
+    # The two problems' entries interleaved at random, each keeping its own order.
+    total = len(a[0]) + len(b[0])
+    from_a = np.zeros(total, dtype=bool)
+    from_a[rng.choice(total, len(a[0]), replace=False)] = True
+    flow, channel, fraction = np.zeros(total, np.int64), np.zeros(total, np.int64), np.zeros(total)
+    flow[from_a], channel[from_a], fraction[from_a] = a[0], a[1], a[2]
+    flow[~from_a], channel[~from_a], fraction[~from_a] = b[0] + a[4], b[1] + len(a[3]), b[2]
+    cap = None if a[5] is None else np.r_[a[5], b[5]]
+    together = max_min_rates(flow, channel, fraction, np.r_[a[3], b[3]], a[4] + b[4], cap)
+    alone = np.r_[max_min_rates(*a), max_min_rates(*b)]
+    assert together.tobytes() == alone.tobytes()
+
+
 def test_two_flows_sharing_one_link_get_half_each():
     fabric = two_links_in_a_row([100 * G] * 5)
     size = 1_000_000

@@ -1,15 +1,14 @@
 """The FLOW engine's event loop, compiled: model.py sets up its arrays and drives it in slices.
 
 It computes what model.py's docstring describes with the same floating-point operations, in the
-same order, as the NumPy loop it replaced (`model.max_min_rates` is that loop's filling, kept as
-the reference), so results are bit-identical to it:
+same order, as the NumPy loop it replaced (kept in tests/simulator/test_flow_loop.py as the
+reference, filling with `model.max_min_rates` at every event), so results are bit-identical to it:
 
-- a channel's demand (sum of its entries' fractions) and load (sum of fraction * rate) are summed
-  over the active flows' entries in the order the flows started, then in route order, as
-  `np.bincount` summed them;
-- every event fills from scratch: each step updates every channel that still carries an unfrozen
-  flow (left -= delta * demand) and freezes the flows of every channel whose share is within the
-  tolerance of the step;
+- a channel's demand (sum of its unfrozen entries' fractions), the rates its frozen entries take
+  (sum of fraction * rate) and its load (sum of fraction * rate) are summed over the active
+  flows' entries in the order the flows started, then in route order, as `np.bincount` sums them;
+- a filling's step freezes the flows of every channel whose share, (capacity - taken) / demand,
+  is the lowest (or at their cap), as `max_min_rates` does;
 - every event, each flow's remaining bytes drop by rate * (dt / 8e9) and its end is recomputed as
   now + ceil(remaining * 8e9 / rate).
 
@@ -18,20 +17,21 @@ What is incremental is only the bookkeeping, never a number:
 - each channel keeps its entries in start order as a linked list across events (flows join at the
   tail when they start and leave when they end), and its demand is summed again only when its
   entries change;
-- channels of equal capacity and equal demand take the same steps with the same numbers, so they
-  form one group, kept across events, and a step updates each group once, not each channel. During
-  a filling, a channel whose demand changes (a flow of it froze elsewhere) leaves its group with
-  the group's numbers, as a group of its own, unless it is the group's last channel with unfrozen
-  flows;
-- a step freezes flows first and does the bookkeeping of their channels only if unfrozen flows
-  remain (a step that saturates every group freezes every flow without looking at channels); a
-  flow knows which of its channels it shares, and counts the others per group, so that freezing it
-  visits only the shared ones;
+- a channel's share depends only on its own entries and on the rates its frozen flows froze at,
+  so a flow's rate depends only on its connected component (flows linked through shared
+  channels): an event fills again only the components holding a channel whose entries changed,
+  found by walking channel lists from those channels, and the other flows keep their rates (a
+  filling would give them the same bits). When the changed lists or a walk cover much of the
+  active entries (ADAPTIVE and SPRAY: a flow has an entry on every channel of its equal-cost
+  paths), one filling of every flow at once gives each the same rate: its steps interleave the
+  components' own;
+- within a filling, a step takes every channel whose share is the lowest: the first step by a
+  scan (often every flow freezes in it), the later ones from a heap of the channels left, in
+  which only the channels of the flows just frozen change their share;
 - a channel's load is summed again only when its entries or the rate of one of them changed (the
   sum over unchanged entries and rates would give the same number);
-- when most of the entries are due to be summed again (ADAPTIVE and SPRAY: a flow has an entry on
-  every channel of its equal-cost paths, and every rate changes at once), one pass over all entries
-  in start order gives each channel the sum its list would give, faster than walking the lists.
+- when most of the entries are due to be summed again, one pass over all entries in start order
+  gives each channel the sum its list would give, faster than walking the lists.
 
 The transfers waiting to start are a binary heap keyed (ready time, transfer), which pops them in
 the order `heapq` did. Active flows live in slots that keep their index while active; their order
@@ -58,7 +58,6 @@ __all__ = [
     "EVENTS",
     "FIRST_STARTED",
     "FREE",
-    "GROUPS",
     "HEAP_SIZE",
     "LAST_STARTED",
     "MARKED",
@@ -66,7 +65,6 @@ __all__ = [
     "PAUSED",
     "RECORDS",
     "RECORDS_FULL",
-    "RENEW",
     "SCALARS",
     "SLOTS_FULL",
     "SLOTS_NEEDED",
@@ -83,10 +81,11 @@ _kernel: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]
 _inline: Any = njit(cache=True, inline="always", _nrt=False)  # type: ignore[call-overload]
 
 _BITS_PER_S = 8 * 1e9  # bytes * 8e9 / (bit/s) = ns
-_SATURATION_TOLERANCE = 1e-9  # as in model.max_min_rates
 _NEVER = np.iinfo(np.int64).max
-_MIX_A = 0x5851F42D4C957F2D  # odd multipliers of the group hash
-_MIX_B = 0x2545F4914F6CDD1D
+# A component search that walks more list nodes than the active entries / _WALK_SHARE (and than
+# _WALK_LEAST) gives way to one filling of every component.
+_WALK_SHARE = 2
+_WALK_LEAST = 4096
 
 # What `run_events` returns.
 DONE = 0  # no flow active and none to start
@@ -107,12 +106,10 @@ SLOTS_NEEDED = 6
 STAMP = 7  # fillings so far: per-filling marks compare against it
 FREE = 8  # free slots, on the free stack
 MARKED = 9  # channels whose entries changed since the last filling (the marked list)
-GROUPS = 10  # groups with channels
-RENEW = 11  # flows started since the last filling (listed first in slots.listing)
-FIRST_STARTED = 12  # the active flows in start order: the first (-1: none) ...
-LAST_STARTED = 13  # ... and the last slot of that list
-ENTRIES = 14  # channel entries of the active flows
-SCALARS = 15
+FIRST_STARTED = 10  # the active flows in start order: the first (-1: none) ...
+LAST_STARTED = 11  # ... and the last slot of that list
+ENTRIES = 12  # channel entries of the active flows
+SCALARS = 13
 
 
 # --- the heap of transfers ready to start -------------------------------------------------------
@@ -193,22 +190,20 @@ def _complete(flow, now, workload, state, heap_size):
     return heap_size, 1
 
 
-# --- channels' entry lists and groups -----------------------------------------------------------
+# --- channels' entry lists ----------------------------------------------------------------------
 #
 # The groups of arrays model.py hands over are named tuples (state.py names and describes each
-# array): `channel` (Channels), `groups` (Groups), `work` (Work), `slots` (Slots), `nodes` (Nodes).
+# array): `channel` (Channels), `work` (Work), `slots` (Slots), `nodes` (Nodes).
 
 
 @_inline
 def _mark(c, channel, marked_count):
-    """Put channel c on the marked list (its demand or load is to be summed again), before its
-    entries change."""
+    """Put channel c on the marked list (its entries changed, or its load is to be summed again)."""
     marked_flag, marked = channel.marked_flag, channel.marked
     if not marked_flag[c]:
         marked_flag[c] = True
         marked[marked_count] = c
         marked_count += 1
-        channel.marked_count[c] = channel.entries[c]
     return marked_count
 
 
@@ -265,91 +260,6 @@ def _fraction(node, routes, slot_route, longest):
 
 
 @_inline
-def _group_hash(capacity, demand, mask):
-    """Equal (capacity, demand) values hash alike; NaN and huge values all hash to 0."""
-    h = np.int64(0)
-    if abs(capacity) < 1e18 and abs(demand) < 1e12:
-        h = (np.int64(demand * 1048576.0) * _MIX_A) ^ (np.int64(capacity * 1e-6) * _MIX_B)
-        h ^= h >> 31
-    return h & mask
-
-
-@_kernel
-def _group_leave(c, channel, groups, listed_count):
-    """Take channel c out of its group; a group left without channels is deleted (out of the hash
-    table by backward-shift deletion, out of the group list, its id freed). Returns the number of
-    groups."""
-    group_of, group_next, group_prev = channel.group, channel.group_next, channel.group_prev
-    (group_capacity, group_demand, group_size, group_head, group_position, listed, free, table) = groups
-    g = group_of[c]
-    group_of[c] = -1
-    if group_prev[c] >= 0:
-        group_next[group_prev[c]] = group_next[c]
-    else:
-        group_head[g] = group_next[c]
-    if group_next[c] >= 0:
-        group_prev[group_next[c]] = group_prev[c]
-    group_size[g] -= 1
-    if group_size[g] > 0:
-        return listed_count
-    mask = table.shape[0] - 1
-    i = _group_hash(group_capacity[g], group_demand[g], mask)
-    while table[i] != g:
-        i = (i + 1) & mask
-    j = i
-    while True:
-        j = (j + 1) & mask
-        if table[j] < 0:
-            break
-        home = _group_hash(group_capacity[table[j]], group_demand[table[j]], mask)
-        if (i <= j and i < home <= j) or (i > j and (home > i or home <= j)):
-            continue
-        table[i] = table[j]
-        i = j
-    table[i] = -1
-    listed_count -= 1
-    moved = listed[listed_count]
-    listed[group_position[g]] = moved
-    group_position[moved] = group_position[g]
-    free[free.shape[0] - listed_count - 1] = g
-    return listed_count
-
-
-@_kernel
-def _group_join(c, capacity, demand, channel, groups, listed_count):
-    """Put channel c into the group of (capacity, demand), made if there is none. Returns the
-    number of groups."""
-    group_of, group_next, group_prev = channel.group, channel.group_next, channel.group_prev
-    (group_capacity, group_demand, group_size, group_head, group_position, listed, free, table) = groups
-    mask = table.shape[0] - 1
-    i = _group_hash(capacity, demand, mask)
-    g = -1
-    while table[i] >= 0:
-        if group_capacity[table[i]] == capacity and group_demand[table[i]] == demand:
-            g = table[i]
-            break
-        i = (i + 1) & mask
-    if g < 0:
-        g = free[free.shape[0] - listed_count - 1]
-        table[i] = g
-        group_capacity[g] = capacity
-        group_demand[g] = demand
-        group_size[g] = 0
-        group_head[g] = -1
-        group_position[g] = listed_count
-        listed[listed_count] = g
-        listed_count += 1
-    group_of[c] = g
-    group_prev[c] = -1
-    group_next[c] = group_head[g]
-    if group_head[g] >= 0:
-        group_prev[group_head[g]] = c
-    group_head[g] = c
-    group_size[g] += 1
-    return listed_count
-
-
-@_inline
 def _dense(marked_count, channel, entries):
     """Whether summing over the marked channels' lists would visit more than half of all active
     entries: then one pass over every entry, in start order, is the cheaper way to the same sums."""
@@ -363,57 +273,291 @@ def _dense(marked_count, channel, entries):
 @_kernel
 def _sum_marked_in_start_order(first, routes, slots, channel, marked_count, weighted):
     """Each marked channel's sum over its entries in start order, as its list would give it, from
-    one pass over the active flows in start order: of fractions (and whether all are 1), or, if
-    `weighted`, of fraction * rate. Into channel.total (and channel.ones)."""
+    one pass over the active flows in start order: of fractions, or, if `weighted`, of fraction *
+    rate. Into channel.total."""
     route_offsets, route_channel, route_fraction = routes.offsets, routes.channel, routes.fraction
     slot_route, slot_rate, next_started = slots.route, slots.rate, slots.next_started
-    marked_flag, marked, ones, total = channel.marked_flag, channel.marked, channel.ones, channel.total
+    marked_flag, marked, total = channel.marked_flag, channel.marked, channel.total
     for i in range(marked_count):
         total[marked[i]] = 0.0
-        if not weighted:
-            ones[marked[i]] = 1
     s = first
     while s >= 0:
         for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
             c = route_channel[e]
             if marked_flag[c]:
-                if weighted:
-                    total[c] += route_fraction[e] * slot_rate[s]
-                else:
-                    total[c] += route_fraction[e]
-                    if route_fraction[e] != 1.0:
-                        ones[c] = 0
+                total[c] += route_fraction[e] * slot_rate[s] if weighted else route_fraction[e]
         s = next_started[s]
 
 
+# --- the filling ----------------------------------------------------------------------------------
+#
+# The channels of a component that still carry unfrozen flows wait in a binary min-heap on their
+# share (work.heap; channel.at is a channel's place in it, -1 when out).
+
+
+@_inline
+def _heap_swap(heap, at, i, j):
+    heap[i], heap[j] = heap[j], heap[i]
+    at[heap[i]] = i
+    at[heap[j]] = j
+
+
 @_kernel
-def _regroup(
-    marked_count,
-    routes,
-    slots,
-    nodes,
-    channel,
-    groups,
-    listed_count,
-    longest,
-    stamp,
-    renew_count,
-    first,
-    entries,
-):
-    """Sum again the demand of every marked channel (over its entries, in start order) and move
-    the channel to the group of its capacity and new demand; then count again, for every flow that
-    started (listed first in slots.listing) or whose channels began or ceased to carry other flows, which
-    of its channels it shares. Returns the number of groups."""
-    capacity = routes.capacity
-    slot_route = slots.route
+def _heap_down(heap, at, share, i, size):
+    """Move heap[i] down to its place."""
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            return
+        if child + 1 < size and share[heap[child + 1]] < share[heap[child]]:
+            child += 1
+        if not share[heap[child]] < share[heap[i]]:
+            return
+        _heap_swap(heap, at, i, child)
+        i = child
+
+
+@_kernel
+def _heap_sift(heap, at, share, i, size):
+    """Move heap[i] up or down to its place."""
+    while i > 0 and share[heap[i]] < share[heap[(i - 1) >> 1]]:
+        _heap_swap(heap, at, i, (i - 1) >> 1)
+        i = (i - 1) >> 1
+    _heap_down(heap, at, share, i, size)
+
+
+@_kernel
+def _heap_remove(heap, at, share, c, size):
+    """Take channel c out of the heap; returns the new size."""
+    i = at[c]
+    size -= 1
+    at[c] = -1
+    if i != size:
+        heap[i] = heap[size]
+        at[heap[i]] = i
+        _heap_sift(heap, at, share, i, size)
+    return size
+
+
+@_kernel
+def _component(c, stamp, budget, routes, slots, nodes, channel, work, longest):
+    """Gather the connected component of channel c (which has entries) by walking channel lists:
+    into work.channels the channels reached through shared flows, into slots.members their flows,
+    each marked `stamp` in channel.seen and slots.seen. Returns the numbers of channels and of
+    flows, or (-1, -1) once it has visited more than `budget` list nodes."""
+    route_offsets, route_channel, slot_route = routes.offsets, routes.channel, slots.route
+    seen, slot_seen, node_next, head = channel.seen, slots.seen, nodes.next, channel.head
+    channels, members = work.channels, slots.members
+    seen[c] = stamp
+    channels[0] = c
+    reached, flows, i, visits = 1, 0, 0, 0
+    while i < reached:
+        node = head[channels[i]]
+        i += 1
+        while node >= 0:
+            visits += 1
+            s = node // longest
+            if slot_seen[s] != stamp:
+                slot_seen[s] = stamp
+                members[flows] = s
+                flows += 1
+                for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
+                    if seen[route_channel[e]] != stamp:
+                        seen[route_channel[e]] = stamp
+                        channels[reached] = route_channel[e]
+                        reached += 1
+            node = node_next[node]
+        if visits > budget:
+            return -1, -1
+    return reached, flows
+
+
+@_kernel
+def _share(c, stamp, routes, slots, nodes, channel, longest):
+    """Channel c's fair share in this filling: (capacity - the rates of its frozen flows) / the
+    demand of its unfrozen ones, both summed over its entries in start order, as
+    model.max_min_rates sums them. Sets channel.live to its unfrozen entries."""
+    slot_route, frozen_at, rate, position = slots.route, slots.frozen_at, slots.frozen_rate, slots.position
     node_next = nodes.next
-    count, head, group_of, demand, marked = (
-        channel.entries,
-        channel.head,
-        channel.group,
-        channel.demand,
+    demand, taken, live = 0.0, 0.0, 0
+    node = channel.head[c]
+    while node >= 0:
+        s = node // longest
+        if frozen_at[s] == stamp:
+            taken += _fraction(node, routes, slot_route, longest) * rate[position[s]]
+        else:
+            demand += _fraction(node, routes, slot_route, longest)
+            live += 1
+        node = node_next[node]
+    channel.live[c] = live
+    if live == 0:
+        return np.inf
+    return (routes.capacity[c] - taken) / demand
+
+
+@_inline
+def _lowest_cap(level, flows, stamp, slots):
+    """The level, or the lowest cap of an unfrozen flow of the component if that is lower."""
+    members, frozen_at, position, cap = slots.members, slots.frozen_at, slots.position, slots.cap
+    for i in range(flows):
+        s = members[i]
+        if frozen_at[s] != stamp and cap[position[s]] < level:
+            level = cap[position[s]]
+    return level
+
+
+@_kernel
+def _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, longest):
+    """Freeze at `level` the unfrozen flows of the `count` channels in work.saturated, then (with
+    caps) at its cap every unfrozen flow whose cap the level reached; listed in slots.frozen.
+    Returns how many froze."""
+    members, frozen_at, rate, position, cap = (
+        slots.members,
+        slots.frozen_at,
+        slots.frozen_rate,
+        slots.position,
+        slots.cap,
+    )
+    frozen_list, node_next, head, saturated = slots.frozen, nodes.next, channel.head, work.saturated
+    frozen = 0
+    for i in range(count):
+        node = head[saturated[i]]
+        while node >= 0:
+            s = node // longest
+            if frozen_at[s] != stamp:
+                frozen_at[s] = stamp
+                rate[position[s]] = level
+                frozen_list[frozen] = s
+                frozen += 1
+            node = node_next[node]
+    if has_caps:
+        for i in range(flows):
+            s = members[i]
+            if frozen_at[s] != stamp and cap[position[s]] <= level:
+                frozen_at[s] = stamp
+                rate[position[s]] = cap[position[s]]
+                frozen_list[frozen] = s
+                frozen += 1
+    return frozen
+
+
+@_kernel
+def _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest):
+    """Max-min fair rates of one component's flows (slots.members[:flows], over work.channels[:
+    channels]) into slots.frozen_rate (by position), step for step as model.max_min_rates. The
+    first step scans the channels (it often freezes every flow); the channels left then wait in
+    the heap."""
+    route_offsets, route_channel, slot_route = routes.offsets, routes.channel, slots.route
+    frozen_list, share, at, live = slots.frozen, channel.share, channel.at, channel.live
+    dirty_flag, dirty, heap, saturated, listed = (
+        channel.dirty_flag,
+        channel.dirty,
+        work.heap,
+        work.saturated,
+        work.channels,
+    )
+    level = np.inf
+    for i in range(channels):  # nothing frozen yet: (capacity - 0.0) / the demand of all entries
+        c = listed[i]
+        share[c] = routes.capacity[c] / channel.demand[c]
+        live[c] = channel.entries[c]
+        if share[c] < level:
+            level = share[c]
+    if has_caps:
+        level = _lowest_cap(level, flows, stamp, slots)
+    count, size = 0, 0
+    for i in range(channels):
+        c = listed[i]
+        if share[c] <= level:
+            saturated[count] = c
+            count += 1
+        else:
+            heap[size] = c
+            at[c] = size
+            size += 1
+    if count == channels:  # every channel saturates: every flow freezes at the level
+        for i in range(flows):
+            slots.frozen_at[slots.members[i]] = stamp
+            slots.frozen_rate[slots.position[slots.members[i]]] = level
+        return
+    unfrozen = flows - _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, longest)
+    frozen = flows - unfrozen
+    if unfrozen > 0:
+        for i in range(size // 2 - 1, -1, -1):
+            _heap_down(heap, at, share, i, size)
+    while unfrozen > 0:
+        # The channels still in the heap that lost an unfrozen entry take their new share.
+        dirty_count = 0
+        for i in range(frozen):
+            s = frozen_list[i]
+            for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
+                c = route_channel[e]
+                if at[c] >= 0 and not dirty_flag[c]:
+                    dirty_flag[c] = True
+                    dirty[dirty_count] = c
+                    dirty_count += 1
+        for i in range(dirty_count):
+            c = dirty[i]
+            dirty_flag[c] = False
+            value = _share(c, stamp, routes, slots, nodes, channel, longest)
+            if live[c] == 0:
+                size = _heap_remove(heap, at, share, c, size)
+            else:
+                share[c] = value
+                _heap_sift(heap, at, share, at[c], size)
+        # Freeze the unfrozen flows of every channel whose share is the level.
+        level = share[heap[0]]
+        if has_caps:
+            level = _lowest_cap(level, flows, stamp, slots)
+        count = 0
+        while size > 0 and share[heap[0]] <= level:
+            saturated[count] = heap[0]
+            count += 1
+            size = _heap_remove(heap, at, share, heap[0], size)
+        frozen = _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, longest)
+        unfrozen -= frozen
+    for i in range(size):  # channels whose flows all froze elsewhere in the last step
+        at[heap[i]] = -1
+
+
+@_kernel
+def _fill_all(active, stamp, routes, slots, nodes, channel, work, has_caps, longest):
+    """Fill every component at once: one filling over every active flow that crosses a channel
+    and every channel with entries. Its steps interleave the components' own steps with the same
+    numbers (a channel's share moves only with its own flows), so each flow gets the rate its
+    component's filling would give it, to the bit."""
+    route_offsets, slot_route, active_list = routes.offsets, slots.route, slots.active
+    flows = 0
+    for i in range(active):
+        s = active_list[i]
+        if route_offsets[slot_route[s] + 1] > route_offsets[slot_route[s]]:
+            slots.members[flows] = s
+            flows += 1
+    channels = 0
+    for c in range(channel.entries.shape[0]):
+        if channel.entries[c] > 0:
+            work.channels[channels] = c
+            channels += 1
+    if flows:
+        _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest)
+
+
+@_kernel
+def _refill(
+    marked_count, stamp, active, routes, slots, nodes, channel, work, has_caps, longest, first, entries
+):
+    """New rates for the flows of every component with a marked channel (those whose entries
+    changed); the other flows keep theirs, which a filling would give them again to the bit.
+    First the marked channels' demand (the sum of their entries' fractions, in start order); then
+    each component found by walking channel lists, or every component at once (_fill_all) when
+    the marked lists or a walk cover much of the active entries. Returns the filling's stamp
+    (one more than `stamp` when a walk gave way to _fill_all)."""
+    marked, count, seen, demand, node_next = (
         channel.marked,
+        channel.entries,
+        channel.seen,
+        channel.demand,
+        nodes.next,
     )
     dense = _dense(marked_count, channel, entries)
     if dense:
@@ -421,259 +565,27 @@ def _regroup(
     for i in range(marked_count):
         c = marked[i]
         if dense:
-            total = channel.total[c]
-        else:
-            total = 0.0
-            ones = 1
-            node = head[c]
-            while node >= 0:
-                fraction = _fraction(node, routes, slot_route, longest)
-                total += fraction
-                if fraction != 1.0:
-                    ones = 0
-                node = node_next[node]
-            channel.ones[c] = ones
-        if group_of[c] >= 0:
-            if count[c] > 0 and total == demand[c]:
-                continue
-            listed_count = _group_leave(c, channel, groups, listed_count)
+            demand[c] = channel.total[c]
+            continue
+        total = 0.0
+        node = channel.head[c]
+        while node >= 0:
+            total += _fraction(node, routes, slots.route, longest)
+            node = node_next[node]
         demand[c] = total
-        if count[c] > 0:
-            listed_count = _group_join(c, capacity[c], total, channel, groups, listed_count)
-    renew, renewed = slots.listing, slots.counted_at
+    if dense:
+        _fill_all(active, stamp, routes, slots, nodes, channel, work, has_caps, longest)
+        return stamp
+    budget = max(entries // _WALK_SHARE, _WALK_LEAST)
     for i in range(marked_count):
         c = marked[i]
-        if count[c] == 1 or channel.marked_count[c] == 1:
-            node = head[c]
-            while node >= 0:
-                s = node // longest
-                if renewed[s] != stamp:
-                    renewed[s] = stamp
-                    renew[renew_count] = s
-                    renew_count += 1
-                node = node_next[node]
-    route_offsets, route_channel = routes.offsets, routes.channel
-    single_group, single_count, shared_count, shared = (
-        slots.single_group,
-        slots.single_count,
-        slots.shared_count,
-        nodes.shared,
-    )
-    for i in range(renew_count):
-        s = renew[i]
-        single_group[s] = -1
-        single_count[s] = 0
-        shared_count[s] = 0
-        for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
-            c = route_channel[e]
-            if count[c] > 1:
-                shared[s * longest + shared_count[s]] = c
-                shared_count[s] += 1
-            elif single_group[s] == -1:
-                single_group[s] = group_of[c]
-                single_count[s] = 1
-            elif single_group[s] == group_of[c]:
-                single_count[s] += 1
-            else:
-                single_group[s] = -2
-    return listed_count
-
-
-# --- the filling --------------------------------------------------------------------------------
-
-
-@_inline
-def _live_entries(c, stamp, channel):
-    """Entries of channel c on unfrozen flows (its entry count until this filling changed it)."""
-    live, live_stamp = channel.live, channel.live_stamp
-    if live_stamp[c] != stamp:
-        live_stamp[c] = stamp
-        live[c] = channel.entries[c]
-    return live[c]
-
-
-@_inline
-def _group_now(c, stamp, channel):
-    """Channel c's group in this filling: its own if it left its group, else its group."""
-    return channel.own_group[c] if channel.departed[c] == stamp else channel.group[c]
-
-
-@_kernel
-def _fill(active, listed_count, routes, slots, nodes, channel, groups, work, has_caps, stamp, longest):
-    """Max-min fair rates of the active flows into slots.frozen_rate (by position), step for step as
-    model.max_min_rates; slots.frozen_at is `stamp` for every flow that got one (the others, flows crossing
-    no channel and under no cap, keep rate 0)."""
-    route_offsets, route_channel = routes.offsets, routes.channel
-    slot_route, cap, frozen_at, rate = slots.route, slots.cap, slots.frozen_at, slots.frozen_rate
-    position, active_list, frozen_list, crosses = slots.position, slots.active, slots.listing, slots.crosses
-    single_group, single_count, shared_count, shared = (
-        slots.single_group,
-        slots.single_count,
-        slots.shared_count,
-        nodes.shared,
-    )
-    node_next = nodes.next
-    count, head, group_next = channel.entries, channel.head, channel.group_next
-    live, departed, own_group, dirty_flag, dirty = (
-        channel.live,
-        channel.departed,
-        channel.own_group,
-        channel.dirty_flag,
-        channel.dirty,
-    )
-    group_capacity, group_demand, group_size, group_head, listed = (
-        groups.capacity,
-        groups.demand,
-        groups.size,
-        groups.head,
-        groups.listed,
-    )
-    left, demand, share, members, alone, member, live_groups = work
-    unfrozen = 0
-    for i in range(active):
-        rate[i] = 0.0
-        frozen_at[i] = stamp - 1
-        unfrozen += crosses[i]
-    live_count = 0
-    for i in range(listed_count):
-        g = listed[i]
-        left[g] = group_capacity[g]
-        demand[g] = group_demand[g]
-        members[g] = group_size[g]
-        alone[g] = False
-        live_groups[live_count] = g
-        live_count += 1
-    next_own = group_capacity.shape[0]
-    level = 0.0
-    while live_count > 0 and unfrozen > 0:
-        lowest = np.inf
-        not_a_number = False
-        for i in range(live_count):
-            g = live_groups[i]
-            share[g] = left[g] / demand[g]
-            if share[g] < lowest:
-                lowest = share[g]
-            elif share[g] != share[g]:
-                not_a_number = True
-        if not_a_number:
-            lowest = np.nan
-        delta = 0.0 if lowest < 0.0 else lowest  # Python's max(lowest, 0.0)
-        if has_caps:  # ... unless an unfrozen flow reaches its cap first
-            lowest_cap = np.inf
-            for i in range(active):
-                if frozen_at[i] != stamp and cap[i] < lowest_cap:
-                    lowest_cap = cap[i]
-            room = lowest_cap - level
-            room = 0.0 if room < 0.0 else room
-            delta = room if room < delta else delta  # Python's min(delta, room)
-        level += delta
-        threshold = delta * (1.0 + _SATURATION_TOLERANCE)
-        saturated = 0
-        for i in range(live_count):
-            g = live_groups[i]
-            left[g] -= delta * demand[g]
-            if share[g] <= threshold:
-                saturated += 1
-        # Freeze the unfrozen flows of every saturated channel.
-        frozen = 0
-        if saturated == live_count:  # every channel saturated: every flow with a channel (the last step)
-            for i in range(active):
-                if frozen_at[i] != stamp and crosses[i]:
-                    frozen_at[i] = stamp
-                    rate[i] = level
-                    frozen += 1
-        elif saturated:
-            for i in range(live_count):
-                g = live_groups[i]
-                if not share[g] <= threshold:
-                    continue
-                c = member[g] if alone[g] else group_head[g]
-                while c >= 0:
-                    if (alone[g] or departed[c] != stamp) and _live_entries(c, stamp, channel) > 0:
-                        node = head[c]
-                        while node >= 0:
-                            p = position[node // longest]
-                            if frozen_at[p] != stamp:
-                                frozen_at[p] = stamp
-                                rate[p] = level
-                                frozen_list[frozen] = node // longest
-                                frozen += 1
-                            node = node_next[node]
-                    c = -1 if alone[g] else group_next[c]
-        progress = frozen
-        if has_caps:
-            capped = level * (1.0 + _SATURATION_TOLERANCE)
-            for i in range(active):
-                if frozen_at[i] != stamp and cap[i] <= capped:
-                    frozen_at[i] = stamp
-                    rate[i] = cap[i]
-                    progress += 1
-                    if crosses[i]:
-                        frozen_list[frozen] = active_list[i]
-                        frozen += 1
-        if progress == 0:  # only with NaN shares (zero demand on an empty channel): rates stay 0
-            break
-        unfrozen -= frozen
-        if unfrozen == 0:
-            break
-        # The channels of the frozen flows lose an unfrozen entry each: a channel left without one
-        # is done, any other sums its demand again (and leaves its group, unless it is the last of
-        # it with unfrozen flows).
-        dirty_count = 0
-        for i in range(frozen):
-            s = frozen_list[i]
-            if single_group[s] >= 0:  # channels that carried this flow alone are done
-                members[single_group[s]] -= single_count[s]
-            elif single_group[s] == -2:
-                for e in range(route_offsets[slot_route[s]], route_offsets[slot_route[s] + 1]):
-                    if count[route_channel[e]] == 1:
-                        members[channel.group[route_channel[e]]] -= 1
-            for j in range(s * longest, s * longest + shared_count[s]):
-                c = shared[j]
-                live[c] = _live_entries(c, stamp, channel) - 1
-                if not dirty_flag[c]:
-                    dirty_flag[c] = True
-                    dirty[dirty_count] = c
-                    dirty_count += 1
-        added = 0
-        for i in range(dirty_count):
-            c = dirty[i]
-            dirty_flag[c] = False
-            g = _group_now(c, stamp, channel)
-            if live[c] == 0:
-                members[g] -= 1
-                continue
-            if channel.ones[c]:  # a sum of ones, in any order
-                total = float(live[c])
-            else:
-                total = 0.0
-                node = head[c]
-                while node >= 0:
-                    if frozen_at[position[node // longest]] != stamp:
-                        total += _fraction(node, routes, slot_route, longest)
-                    node = node_next[node]
-            if members[g] == 1:  # the last channel of its group with unfrozen flows
-                demand[g] = total
-                continue
-            members[g] -= 1
-            h = next_own
-            next_own += 1
-            left[h] = left[g]
-            demand[h] = total
-            members[h] = 1
-            alone[h] = True
-            member[h] = c
-            departed[c] = stamp
-            own_group[c] = h
-            live_groups[live_count + added] = h
-            added += 1
-        kept = 0
-        for i in range(live_count + added):
-            g = live_groups[i]
-            if members[g] > 0:
-                live_groups[kept] = g
-                kept += 1
-        live_count = kept
+        if count[c] > 0 and seen[c] != stamp:
+            channels, flows = _component(c, stamp, budget, routes, slots, nodes, channel, work, longest)
+            if channels < 0:  # a new stamp: what was filled so far is filled again
+                _fill_all(active, stamp + 1, routes, slots, nodes, channel, work, has_caps, longest)
+                return stamp + 1
+            _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest)
+    return stamp
 
 
 # --- loads and records --------------------------------------------------------------------------
@@ -830,7 +742,6 @@ def run_events(
     slots,
     nodes,
     channel,
-    groups,
     work,
     records,
     scalars,
@@ -859,7 +770,7 @@ def run_events(
         slots.rate,
         slots.cap,
     )
-    slot_end, position_rate, crosses = slots.end, slots.position_rate, slots.crosses
+    slot_end, position_rate, frozen_rate = slots.end, slots.position_rate, slots.frozen_rate
     route_offsets = routes.offsets
     slot_position, active_list, free_slots, ending = slots.position, slots.active, slots.free, slots.ending
     channels = routes.capacity.shape[0]
@@ -912,50 +823,33 @@ def run_events(
                         slot_remaining[active] = float(flow_size[f])
                         slot_rate[s] = 0.0
                         position_rate[active] = 0.0
+                        frozen_rate[active] = 0.0  # (filled, unless it crosses no channel)
                         if has_caps:
                             slot_cap[active] = flow_cap[f]
-                        crosses[active] = (
-                            1 if route_offsets[flow_route[f] + 1] > route_offsets[flow_route[f]] else 0
-                        )
+                            if route_offsets[flow_route[f] + 1] == route_offsets[flow_route[f]]:
+                                frozen_rate[active] = 0.0 if flow_cap[f] == np.inf else flow_cap[f]
                         slot_position[s] = active
                         active_list[active] = s
                         active += 1
                         marked_count = _join(s, routes, slots, nodes, channel, marked_count, longest)
                         _append_started(s, slots, scalars)
                         scalars[ENTRIES] += route_offsets[flow_route[f] + 1] - route_offsets[flow_route[f]]
-                        slots.counted_at[s] = scalars[STAMP] + 1
-                        slots.listing[scalars[RENEW]] = s
-                        scalars[RENEW] += 1
         if status == SLOTS_FULL:
             break
-        scalars[GROUPS] = _regroup(
-            marked_count,
-            routes,
-            slots,
-            nodes,
-            channel,
-            groups,
-            scalars[GROUPS],
-            longest,
-            scalars[STAMP] + 1,
-            scalars[RENEW],
-            scalars[FIRST_STARTED],
-            scalars[ENTRIES],
-        )
-        scalars[RENEW] = 0
         scalars[STAMP] += 1
-        _fill(
+        scalars[STAMP] = _refill(
+            marked_count,
+            scalars[STAMP],
             active,
-            scalars[GROUPS],
             routes,
             slots,
             nodes,
             channel,
-            groups,
             work,
             has_caps,
-            scalars[STAMP],
             longest,
+            scalars[FIRST_STARTED],
+            scalars[ENTRIES],
         )
         record_count = _record_loads(
             now,
@@ -1010,8 +904,8 @@ def run_events(
             active_list[position] = last
             slot_remaining[position] = slot_remaining[active]
             position_rate[position] = position_rate[active]
+            frozen_rate[position] = frozen_rate[active]
             slot_cap[position] = slot_cap[active]
-            crosses[position] = crosses[active]
             slot_position[last] = position
             free_slots[free] = s
             free += 1

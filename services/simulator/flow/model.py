@@ -5,8 +5,9 @@ of an even split otherwise) gets a rate r with sum over flows of a_c * r <= capa
 most its cap where it has one (`Workload.flow_rate_bps`: a rate-limited sender), and the rates are
 max-min fair (progressive filling / water-filling: raise every unfrozen flow's rate together until
 a channel saturates or a flow reaches its cap, freeze the flows crossing that channel or at their
-cap, repeat). The rates are recomputed whenever flows start or end; between two such events every
-rate is constant.
+cap, repeat; `max_min_rates`). The rates are recomputed whenever flows start or end, for the flows
+linked to those through shared channels (the others' rates cannot change); between two such
+events every rate is constant.
 
 Event times are integer nanoseconds: a flow's last byte leaves the source at
 ceil(now + remaining * 8 / rate) and arrives one path latency later; its transfer is complete
@@ -20,8 +21,9 @@ the loop goes (the engine's `integrate.LoadIntegrator` folds them into the serie
 record); engine.py and assemble.py turn them into per-job, per-channel and time-series results,
 the last step shared with the packet engine.
 
-The loop itself is compiled (loop.py), bit-identical to the NumPy loop it replaced (every event
-filling from scratch with `max_min_rates`, which stays here as its reference). This module sets up
+The loop itself is compiled (loop.py), bit-identical to a NumPy loop that fills every flow from
+scratch with `max_min_rates` at every event (tests/simulator/test_flow_loop.py keeps it as the
+reference). This module sets up
 its arrays and drives it: in slices of about 50 ms of wall time, between which it reports progress,
 hands the channel load records over and makes room for more active flows when needed.
 """
@@ -41,7 +43,6 @@ from services.simulator.flow import loop
 from services.simulator.flow.state import (
     Channels,
     FlowWorkload,
-    Groups,
     Nodes,
     Records,
     Routes,
@@ -54,7 +55,6 @@ from services.simulator.workload import Workload
 
 __all__ = ["FlowRun", "LoadSink", "max_min_rates", "simulate_flows"]
 
-_SATURATION_TOLERANCE = 1e-9
 _PROGRESS_EVERY_S = 0.2
 _SLICE_S = 0.05  # wall time of one call into the compiled loop, between progress checks
 _FIRST_SLICE = 1  # events of the first call (then twice as many at most each call)
@@ -97,8 +97,17 @@ def max_min_rates(
     """Max-min fair rates (bit/s) of `flow_count` flows over channels 0..len(capacity_bps)-1.
 
     Entry e says flow `entry_flow[e]` puts fraction `entry_fraction[e]` of its rate on channel
-    `entry_channel[e]`. Every flow needs at least one entry. `flow_cap_bps` (per flow, inf: none)
-    bounds each flow's rate: the filling stops raising a flow at its cap, as at a channel of its own.
+    `entry_channel[e]`. `flow_cap_bps` (per flow, inf: none) bounds each flow's rate: the filling
+    stops raising a flow at its cap, as at a channel of its own. A flow with no entry gets its cap
+    (0 without one).
+
+    Progressive filling in which each channel's fair share is computed afresh at every step from
+    its own entries: (capacity - the rates of its frozen flows) / the demand of its unfrozen ones,
+    each summed in entry order. A step raises the level to the lowest share (or the lowest cap of
+    an unfrozen flow) and freezes the flows of every channel whose share is that level, and every
+    flow whose cap it reaches. A flow's rate so depends on the flows it is connected to through
+    shared channels and on nothing else, to the bit: the compiled loop (loop.py) fills only the
+    connected components whose flows changed, and keeps the others' rates.
 
     >>> max_min_rates(np.array([0, 1]), np.array([0, 0]), np.ones(2), np.array([10.0]), 2)
     array([5., 5.])
@@ -107,29 +116,33 @@ def max_min_rates(
     array([2., 8.])
     """
     channels = len(capacity_bps)
+    capacity = np.asarray(capacity_bps, dtype=np.float64)
     rates = np.zeros(flow_count)
-    live = np.ones(flow_count, dtype=bool)
-    remaining = np.array(capacity_bps, dtype=np.float64)
-    flow, channel, fraction = entry_flow, entry_channel, entry_fraction
-    level = 0.0
-    while flow.size:
-        demand = np.bincount(channel, weights=fraction, minlength=channels)
-        # Fair share left on each entry's channel; every channel seen here has demand > 0.
-        share = remaining[channel] / demand[channel]
-        delta = max(float(share.min()), 0.0)
-        if flow_cap_bps is not None:  # ... unless a live flow reaches its cap first
-            delta = min(delta, max(float(flow_cap_bps[live].min()) - level, 0.0))
-        level += delta
-        remaining -= delta * demand
-        newly = flow[share <= delta * (1.0 + _SATURATION_TOLERANCE)]
-        rates[newly] = level
-        live[newly] = False
+    live = np.zeros(flow_count, dtype=bool)
+    live[entry_flow] = True
+    if flow_cap_bps is not None:
+        alone = ~live & np.isfinite(flow_cap_bps)
+        rates[alone] = flow_cap_bps[alone]
+    while live.any():
+        unfrozen = live[entry_flow]
+        on, off = entry_channel[unfrozen], entry_channel[~unfrozen]
+        demand = np.bincount(on, weights=entry_fraction[unfrozen], minlength=channels)
+        taken = np.bincount(
+            off, weights=entry_fraction[~unfrozen] * rates[entry_flow[~unfrozen]], minlength=channels
+        )
+        busy = np.bincount(on, minlength=channels) > 0
+        share = np.full(channels, np.inf)
+        share[busy] = (capacity[busy] - taken[busy]) / demand[busy]
+        level = float(share.min())
         if flow_cap_bps is not None:
-            capped = np.flatnonzero(live & (flow_cap_bps <= level * (1.0 + _SATURATION_TOLERANCE)))
+            level = min(level, float(flow_cap_bps[live].min()))
+        saturated = entry_flow[unfrozen & (share[entry_channel] <= level)]
+        rates[saturated] = level
+        live[saturated] = False
+        if flow_cap_bps is not None:
+            capped = np.flatnonzero(live & (flow_cap_bps <= level))
             rates[capped] = flow_cap_bps[capped]
             live[capped] = False
-        keep = live[flow]
-        flow, channel, fraction = flow[keep], channel[keep], fraction[keep]
     return rates
 
 
@@ -203,50 +216,26 @@ class _Engine:
             batch_time=np.zeros(t, dtype=np.int64),
             batch=np.zeros(t, dtype=np.int64),
         )
-        # Per channel, per group and per group in a filling (state.py names each array).
+        # Per channel, and per channel in a filling (state.py names each array).
         i64, f64, none = np.int64, np.float64, -1
         self.channel = Channels(
             entries=np.zeros(u, i64),
             head=np.full(u, none, i64),
             tail=np.full(u, none, i64),
             load=np.zeros(u, f64),
-            group=np.full(u, none, i64),
-            group_next=np.full(u, none, i64),
-            group_prev=np.full(u, none, i64),
-            demand=np.zeros(u, f64),
             marked_flag=np.zeros(u, np.bool_),
             marked=np.zeros(u, i64),
+            demand=np.zeros(u, f64),
+            seen=np.full(u, none, i64),
+            share=np.zeros(u, f64),
+            at=np.full(u, none, i64),
             live=np.zeros(u, i64),
-            live_stamp=np.full(u, none, i64),
-            departed=np.full(u, none, i64),
-            own_group=np.zeros(u, i64),
             dirty_flag=np.zeros(u, np.bool_),
             dirty=np.zeros(u, i64),
             changed=np.zeros(u, i64),
-            marked_count=np.zeros(u, i64),
-            ones=np.zeros(u, i64),
             total=np.zeros(u, f64),
         )
-        g = u + 1
-        self.groups = Groups(
-            capacity=np.zeros(g, f64),
-            demand=np.zeros(g, f64),
-            size=np.zeros(g, i64),
-            head=np.full(g, none, i64),
-            position=np.zeros(g, i64),
-            listed=np.zeros(g, i64),
-            free=np.arange(g, dtype=i64),
-            table=np.full(1 << int(2 * g).bit_length(), none, i64),
-        )
-        self.work = Work(
-            left=np.zeros(g + u, f64),
-            demand=np.zeros(g + u, f64),
-            share=np.zeros(g + u, f64),
-            members=np.zeros(g + u, i64),
-            alone=np.zeros(g + u, np.bool_),
-            member=np.zeros(g + u, i64),
-            live_groups=np.zeros(g + u, i64),
-        )
+        self.work = Work(channels=np.zeros(u, i64), heap=np.zeros(u, i64), saturated=np.zeros(u, i64))
         self.scalars = np.zeros(loop.SCALARS, dtype=np.int64)
         self.scalars[loop.NOW] = heap_time[0] if len(ready_now) else 0
         self.scalars[loop.HEAP_SIZE] = len(ready_now)
@@ -301,7 +290,6 @@ class _Engine:
                 self.slots,
                 self.nodes,
                 self.channel,
-                self.groups,
                 self.work,
                 self.records,
                 self.scalars,

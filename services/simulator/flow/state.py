@@ -2,7 +2,7 @@
 
 numba passes a namedtuple of arrays to compiled code as one argument and reads its fields by name at
 no cost. (p) marks arrays indexed by position in the active list rather than by slot; S slots, U
-channels the routes use, G = U + 1 group ids.
+channels the routes use.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Channels", "FlowWorkload", "Groups", "Nodes", "Records", "Routes", "RunState", "Slots", "Work"]
+__all__ = ["Channels", "FlowWorkload", "Nodes", "Records", "Routes", "RunState", "Slots", "Work"]
 
 
 class FlowWorkload(NamedTuple):
@@ -63,29 +63,26 @@ class Slots(NamedTuple):
     rate: np.ndarray  # bit/s
     cap: np.ndarray  # (p)
     end: np.ndarray  # ns (p)
-    frozen_at: np.ndarray  # the filling that froze it (p)
-    frozen_rate: np.ndarray  # the rate it froze at (p)
+    frozen_at: np.ndarray  # the filling that froze it
+    frozen_rate: np.ndarray  # the rate the last filling of its component gave it (p)
     position: np.ndarray  # in the active list
     active: np.ndarray  # the active list: slot by position
     free: np.ndarray  # free slots (a stack)
-    listing: np.ndarray  # scratch: flows frozen in a step; before a filling, flows to count
+    listing: np.ndarray  # scratch: flows whose rate changed
     ending: np.ndarray  # flows ending
-    single_group: np.ndarray  # the group of its channels no other flow crosses (-1 none, -2 several)
-    single_count: np.ndarray  # ... how many
-    shared_count: np.ndarray  # channels it shares with other flows
-    counted_at: np.ndarray  # the filling those counts are for
+    seen: np.ndarray  # the filling whose component search reached it
+    members: np.ndarray  # scratch: the flows of the component being filled
+    frozen: np.ndarray  # scratch: the flows frozen in a step
     position_rate: np.ndarray  # the rate last taken (p)
-    crosses: np.ndarray  # 1 if it crosses a channel (p)
     next_started: np.ndarray  # the active flows in start order
     previous_started: np.ndarray
 
 
 class Nodes(NamedTuple):
-    """Per slot * longest route + entry: the channels' entry lists, and the shared channels."""
+    """Per slot * longest route + entry: the channels' entry lists."""
 
     next: np.ndarray
     previous: np.ndarray
-    shared: np.ndarray  # the channels the flow shares with others
 
 
 class Channels(NamedTuple):
@@ -95,47 +92,25 @@ class Channels(NamedTuple):
     head: np.ndarray  # first and last node of its entry list
     tail: np.ndarray
     load: np.ndarray  # last recorded, bit/s
-    group: np.ndarray  # -1: none
-    group_next: np.ndarray  # next and previous channel of that group
-    group_prev: np.ndarray
-    demand: np.ndarray
     marked_flag: np.ndarray
     marked: np.ndarray  # the marked list
-    live: np.ndarray  # unfrozen entries ...
-    live_stamp: np.ndarray  # ... in this filling
-    departed: np.ndarray  # the filling in which it left its group ...
-    own_group: np.ndarray  # ... and its own group then
+    demand: np.ndarray  # the sum of its entries' fractions, in start order
+    seen: np.ndarray  # the filling whose component search reached it
+    share: np.ndarray  # its fair share in the filling
+    at: np.ndarray  # its place in the filling's heap (-1: out)
+    live: np.ndarray  # unfrozen entries in the filling
     dirty_flag: np.ndarray
     dirty: np.ndarray  # the dirty list
     changed: np.ndarray  # channels whose load changed
-    marked_count: np.ndarray  # entries when it was marked
-    ones: np.ndarray  # 1 if every entry's fraction is 1
     total: np.ndarray  # a sum in the making
 
 
-class Groups(NamedTuple):
-    """Per group id (G): channels of equal capacity and demand, filled together."""
-
-    capacity: np.ndarray
-    demand: np.ndarray
-    size: np.ndarray  # channels
-    head: np.ndarray  # first channel
-    position: np.ndarray  # in the group list
-    listed: np.ndarray  # the group list
-    free: np.ndarray  # free ids
-    table: np.ndarray  # hash table of (capacity, demand) (-1: empty)
-
-
 class Work(NamedTuple):
-    """Per group id in a filling (G + U; ids from G on: channels that left their group)."""
+    """Per channel (U), scratch of a filling."""
 
-    left: np.ndarray  # capacity left
-    demand: np.ndarray
-    share: np.ndarray
-    members: np.ndarray  # channels with unfrozen flows
-    alone: np.ndarray  # a channel alone?
-    member: np.ndarray  # its channel
-    live_groups: np.ndarray  # the groups with unfrozen flows
+    channels: np.ndarray  # the channels of the component being filled
+    heap: np.ndarray  # its channels with unfrozen flows, a min-heap on their share
+    saturated: np.ndarray  # the channels saturated in a step
 
 
 class Records(NamedTuple):
