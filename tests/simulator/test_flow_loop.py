@@ -52,7 +52,10 @@ class _Reference:
         self.heap = list(zip(self.ready[ready_now].tolist(), ready_now.tolist(), strict=True))
         heapq.heapify(self.heap)
         self.active = np.zeros(0, dtype=np.int64)
-        self.remaining = np.zeros(0)
+        self.remaining = np.zeros(0)  # bytes left when its rate last changed ...
+        self.since = np.zeros(0, dtype=np.int64)  # ... at this time
+        self.rate = np.zeros(0)  # its rate since then
+        self.end = np.zeros(0, dtype=np.int64)
         self.entry_slot = np.zeros(0, dtype=np.int64)
         self.entry_channel = np.zeros(0, dtype=np.int64)
         self.entry_fraction = np.zeros(0)
@@ -109,6 +112,9 @@ class _Reference:
         if self.caps is not None:
             self.caps = np.concatenate([self.caps, self.flow_cap[flows]])
         self.remaining = np.concatenate([self.remaining, self.w.flow_size_bytes[flows].astype(np.float64)])
+        self.since = np.concatenate([self.since, np.full(len(flows), now, dtype=np.int64)])
+        self.rate = np.concatenate([self.rate, np.zeros(len(flows))])
+        self.end = np.concatenate([self.end, np.zeros(len(flows), dtype=np.int64)])
         self.entry_slot = np.concatenate([self.entry_slot, slots])
         self.entry_channel = np.concatenate([self.entry_channel, self.route_channel[entries]])
         self.entry_fraction = np.concatenate([self.entry_fraction, self.routes.fractions[entries]])
@@ -122,6 +128,7 @@ class _Reference:
         self.entry_fraction = self.entry_fraction[keep_entry]
         flows = self.active[ending]
         self.active, self.remaining = self.active[keep], self.remaining[keep]
+        self.since, self.rate, self.end = self.since[keep], self.rate[keep], self.end[keep]
         if self.caps is not None:
             self.caps = self.caps[keep]
         return flows
@@ -158,8 +165,15 @@ class _Reference:
             if len(self.active):
                 if not (rates > 0).all():
                     raise FailedPrecondition("a flow crosses a channel of zero capacity (rate 0 link)")
-                finish = now + np.ceil(self.remaining * (8 * 1e9) / rates).astype(np.int64)
-                next_end = int(finish.min())
+                # A flow whose rate changed: its bytes left since its last change, its new end.
+                changed = rates != self.rate
+                self.remaining[changed] -= self.rate[changed] * ((now - self.since[changed]) / (8 * 1e9))
+                self.since[changed] = now
+                self.rate = rates
+                self.end[changed] = now + np.ceil(
+                    self.remaining[changed] * (8 * 1e9) / rates[changed]
+                ).astype(np.int64)
+                next_end = int(self.end.min())
             else:
                 next_end = None
             next_start = self.heap[0][0] if self.heap else None
@@ -171,8 +185,7 @@ class _Reference:
                 now, time_limited = time_limit_ns, True
                 break
             if len(self.active):
-                self.remaining -= rates * ((upcoming - now) / (8 * 1e9))
-                ending = finish <= upcoming
+                ending = self.end <= upcoming
                 if ending.any():
                     self.complete(self.retire(ending), upcoming)
             now = upcoming

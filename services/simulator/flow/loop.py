@@ -54,6 +54,7 @@ from numba import njit
 __all__ = [
     "ACTIVE",
     "DONE",
+    "ENDS",
     "ENTRIES",
     "EVENTS",
     "FIRST_STARTED",
@@ -109,7 +110,8 @@ MARKED = 9  # channels whose entries changed since the last filling (the marked 
 FIRST_STARTED = 10  # the active flows in start order: the first (-1: none) ...
 LAST_STARTED = 11  # ... and the last slot of that list
 ENTRIES = 12  # channel entries of the active flows
-SCALARS = 13
+ENDS = 13  # active flows in the heap of ends
+SCALARS = 14
 
 
 # --- the heap of transfers ready to start -------------------------------------------------------
@@ -292,7 +294,8 @@ def _sum_marked_in_start_order(first, routes, slots, channel, marked_count, weig
 # --- the filling ----------------------------------------------------------------------------------
 #
 # The channels of a component that still carry unfrozen flows wait in a binary min-heap on their
-# share (work.heap; channel.at is a channel's place in it, -1 when out).
+# share (work.heap; channel.at is a channel's place in it, -1 when out). The same functions keep
+# the active flows' ends (slots.end_heap, slots.end_at, keyed by slots.end).
 
 
 @_inline
@@ -328,7 +331,7 @@ def _heap_sift(heap, at, share, i, size):
 
 @_kernel
 def _heap_remove(heap, at, share, c, size):
-    """Take channel c out of the heap; returns the new size."""
+    """Take c out of the heap; returns the new size."""
     i = at[c]
     size -= 1
     at[c] = -1
@@ -377,14 +380,14 @@ def _share(c, stamp, routes, slots, nodes, channel, longest):
     """Channel c's fair share in this filling: (capacity - the rates of its frozen flows) / the
     demand of its unfrozen ones, both summed over its entries in start order, as
     model.max_min_rates sums them. Sets channel.live to its unfrozen entries."""
-    slot_route, frozen_at, rate, position = slots.route, slots.frozen_at, slots.frozen_rate, slots.position
+    slot_route, frozen_at, rate = slots.route, slots.frozen_at, slots.frozen_rate
     node_next = nodes.next
     demand, taken, live = 0.0, 0.0, 0
     node = channel.head[c]
     while node >= 0:
         s = node // longest
         if frozen_at[s] == stamp:
-            taken += _fraction(node, routes, slot_route, longest) * rate[position[s]]
+            taken += _fraction(node, routes, slot_route, longest) * rate[s]
         else:
             demand += _fraction(node, routes, slot_route, longest)
             live += 1
@@ -398,11 +401,11 @@ def _share(c, stamp, routes, slots, nodes, channel, longest):
 @_inline
 def _lowest_cap(level, flows, stamp, slots):
     """The level, or the lowest cap of an unfrozen flow of the component if that is lower."""
-    members, frozen_at, position, cap = slots.members, slots.frozen_at, slots.position, slots.cap
+    members, frozen_at, cap = slots.members, slots.frozen_at, slots.cap
     for i in range(flows):
         s = members[i]
-        if frozen_at[s] != stamp and cap[position[s]] < level:
-            level = cap[position[s]]
+        if frozen_at[s] != stamp and cap[s] < level:
+            level = cap[s]
     return level
 
 
@@ -411,13 +414,7 @@ def _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, l
     """Freeze at `level` the unfrozen flows of the `count` channels in work.saturated, then (with
     caps) at its cap every unfrozen flow whose cap the level reached; listed in slots.frozen.
     Returns how many froze."""
-    members, frozen_at, rate, position, cap = (
-        slots.members,
-        slots.frozen_at,
-        slots.frozen_rate,
-        slots.position,
-        slots.cap,
-    )
+    members, frozen_at, rate, cap = slots.members, slots.frozen_at, slots.frozen_rate, slots.cap
     frozen_list, node_next, head, saturated = slots.frozen, nodes.next, channel.head, work.saturated
     frozen = 0
     for i in range(count):
@@ -426,16 +423,16 @@ def _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, l
             s = node // longest
             if frozen_at[s] != stamp:
                 frozen_at[s] = stamp
-                rate[position[s]] = level
+                rate[s] = level
                 frozen_list[frozen] = s
                 frozen += 1
             node = node_next[node]
     if has_caps:
         for i in range(flows):
             s = members[i]
-            if frozen_at[s] != stamp and cap[position[s]] <= level:
+            if frozen_at[s] != stamp and cap[s] <= level:
                 frozen_at[s] = stamp
-                rate[position[s]] = cap[position[s]]
+                rate[s] = cap[s]
                 frozen_list[frozen] = s
                 frozen += 1
     return frozen
@@ -444,7 +441,7 @@ def _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, l
 @_kernel
 def _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest):
     """Max-min fair rates of one component's flows (slots.members[:flows], over work.channels[:
-    channels]) into slots.frozen_rate (by position), step for step as model.max_min_rates. The
+    channels]) into slots.frozen_rate, step for step as model.max_min_rates. The
     first step scans the channels (it often freezes every flow); the channels left then wait in
     the heap."""
     route_offsets, route_channel, slot_route = routes.offsets, routes.channel, slots.route
@@ -478,7 +475,7 @@ def _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps,
     if count == channels:  # every channel saturates: every flow freezes at the level
         for i in range(flows):
             slots.frozen_at[slots.members[i]] = stamp
-            slots.frozen_rate[slots.position[slots.members[i]]] = level
+            slots.frozen_rate[slots.members[i]] = level
         return
     unfrozen = flows - _freeze(count, level, flows, stamp, slots, nodes, channel, work, has_caps, longest)
     frozen = flows - unfrozen
@@ -520,12 +517,20 @@ def _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps,
         at[heap[i]] = -1
 
 
+@_inline
+def _list_filled(flows, slots, filled):
+    """Append the component's flows to slots.filled; returns the new count."""
+    for i in range(flows):
+        slots.filled[filled + i] = slots.members[i]
+    return filled + flows
+
+
 @_kernel
-def _fill_all(active, stamp, routes, slots, nodes, channel, work, has_caps, longest):
+def _fill_all(active, stamp, filled, routes, slots, nodes, channel, work, has_caps, longest):
     """Fill every component at once: one filling over every active flow that crosses a channel
     and every channel with entries. Its steps interleave the components' own steps with the same
     numbers (a channel's share moves only with its own flows), so each flow gets the rate its
-    component's filling would give it, to the bit."""
+    component's filling would give it, to the bit. Returns the count of slots.filled."""
     route_offsets, slot_route, active_list = routes.offsets, slots.route, slots.active
     flows = 0
     for i in range(active):
@@ -540,18 +545,32 @@ def _fill_all(active, stamp, routes, slots, nodes, channel, work, has_caps, long
             channels += 1
     if flows:
         _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest)
+    return _list_filled(flows, slots, filled)
 
 
 @_kernel
 def _refill(
-    marked_count, stamp, active, routes, slots, nodes, channel, work, has_caps, longest, first, entries
+    marked_count,
+    stamp,
+    active,
+    filled,
+    routes,
+    slots,
+    nodes,
+    channel,
+    work,
+    has_caps,
+    longest,
+    first,
+    entries,
 ):
     """New rates for the flows of every component with a marked channel (those whose entries
     changed); the other flows keep theirs, which a filling would give them again to the bit.
     First the marked channels' demand (the sum of their entries' fractions, in start order); then
     each component found by walking channel lists, or every component at once (_fill_all) when
-    the marked lists or a walk cover much of the active entries. Returns the filling's stamp
-    (one more than `stamp` when a walk gave way to _fill_all)."""
+    the marked lists or a walk cover much of the active entries. The flows filled are listed in
+    slots.filled after the `filled` there already. Returns the filling's stamp (one more than
+    `stamp` when a walk gave way to _fill_all) and the count of slots.filled."""
     marked, count, seen, demand, node_next = (
         channel.marked,
         channel.entries,
@@ -574,18 +593,20 @@ def _refill(
             node = node_next[node]
         demand[c] = total
     if dense:
-        _fill_all(active, stamp, routes, slots, nodes, channel, work, has_caps, longest)
-        return stamp
+        return stamp, _fill_all(active, stamp, filled, routes, slots, nodes, channel, work, has_caps, longest)
     budget = max(entries // _WALK_SHARE, _WALK_LEAST)
+    listed = filled
     for i in range(marked_count):
         c = marked[i]
         if count[c] > 0 and seen[c] != stamp:
             channels, flows = _component(c, stamp, budget, routes, slots, nodes, channel, work, longest)
             if channels < 0:  # a new stamp: what was filled so far is filled again
-                _fill_all(active, stamp + 1, routes, slots, nodes, channel, work, has_caps, longest)
-                return stamp + 1
+                return stamp + 1, _fill_all(
+                    active, stamp + 1, filled, routes, slots, nodes, channel, work, has_caps, longest
+                )
             _fill(channels, flows, stamp, routes, slots, nodes, channel, work, has_caps, longest)
-    return stamp
+            listed = _list_filled(flows, slots, listed)
+    return stamp, listed
 
 
 # --- loads and records --------------------------------------------------------------------------
@@ -625,19 +646,26 @@ def _sift_down(values, root, end):
 
 @_kernel
 def _record_loads(
-    now, active, marked_count, routes, slots, nodes, channel, records, record_count, longest, first, entries
+    now,
+    retimed_count,
+    retimed_entries,
+    marked_count,
+    routes,
+    slots,
+    nodes,
+    channel,
+    records,
+    record_count,
+    longest,
+    first,
+    entries,
 ):
-    """Take the new rates; sum again the load of every marked channel and of every channel of a
-    flow whose rate changed (over its entries, in start order, fraction * rate); record (now,
-    channel, load) for each whose load changed, by channel. Returns the record count."""
+    """Sum again the load of every marked channel and of every channel of a flow whose rate
+    changed (slots.listing[:retimed_count], with `retimed_entries` entries in all; over its
+    entries, in start order, fraction * rate); record (now, channel, load) for each whose load
+    changed, by channel. Returns the record count."""
     route_offsets, route_channel = routes.offsets, routes.channel
-    slot_route, slot_rate, rate, active_list, position_rate = (
-        slots.route,
-        slots.rate,
-        slots.frozen_rate,
-        slots.active,
-        slots.position_rate,
-    )
+    slot_route, slot_rate = slots.route, slots.rate
     node_next = nodes.next
     head, load, marked_flag, marked, changed = (
         channel.head,
@@ -648,16 +676,6 @@ def _record_loads(
     )
     record_time, record_channel, record_load = records
     count, retimed = channel.entries, slots.listing
-    retimed_count = 0
-    retimed_entries = 0
-    for i in range(active):
-        if rate[i] != position_rate[i]:
-            position_rate[i] = rate[i]
-            s = active_list[i]
-            slot_rate[s] = rate[i]
-            retimed[retimed_count] = s
-            retimed_count += 1
-            retimed_entries += route_offsets[slot_route[s] + 1] - route_offsets[slot_route[s]]
     if 2 * retimed_entries > entries:  # most flows changed rate: every channel with entries
         for c in range(count.shape[0]):
             if count[c] > 0:
@@ -763,14 +781,16 @@ def run_events(
         state.batch_time,
         state.batch,
     )
-    slot_flow, slot_route, slot_remaining, slot_rate, slot_cap = (
+    slot_flow, slot_route, slot_remaining, slot_rate, slot_cap, since = (
         slots.flow,
         slots.route,
         slots.remaining,
         slots.rate,
         slots.cap,
+        slots.since,
     )
-    slot_end, position_rate, frozen_rate = slots.end, slots.position_rate, slots.frozen_rate
+    slot_end, frozen_rate, filled_list, retimed = slots.end, slots.frozen_rate, slots.filled, slots.listing
+    end_heap, end_at = slots.end_heap, slots.end_at
     route_offsets = routes.offsets
     slot_position, active_list, free_slots, ending = slots.position, slots.active, slots.free, slots.ending
     channels = routes.capacity.shape[0]
@@ -781,8 +801,10 @@ def run_events(
     free = scalars[FREE]
     record_count = scalars[RECORDS]
     marked_count = scalars[MARKED]
+    ends = scalars[ENDS]
     status = PAUSED
     for _ in range(max_events):
+        filled = 0
         if record_count + channels > records.time.shape[0]:
             status = RECORDS_FULL
             break
@@ -820,14 +842,18 @@ def run_events(
                         s = free_slots[free]
                         slot_flow[s] = f
                         slot_route[s] = flow_route[f]
-                        slot_remaining[active] = float(flow_size[f])
+                        slot_remaining[s] = float(flow_size[f])
+                        since[s] = now
                         slot_rate[s] = 0.0
-                        position_rate[active] = 0.0
-                        frozen_rate[active] = 0.0  # (filled, unless it crosses no channel)
+                        end_at[s] = -1
+                        frozen_rate[s] = 0.0  # (filled, unless it crosses no channel: its cap)
                         if has_caps:
-                            slot_cap[active] = flow_cap[f]
-                            if route_offsets[flow_route[f] + 1] == route_offsets[flow_route[f]]:
-                                frozen_rate[active] = 0.0 if flow_cap[f] == np.inf else flow_cap[f]
+                            slot_cap[s] = flow_cap[f]
+                        if route_offsets[flow_route[f] + 1] == route_offsets[flow_route[f]]:
+                            if has_caps and flow_cap[f] != np.inf:
+                                frozen_rate[s] = flow_cap[f]
+                            filled_list[filled] = s
+                            filled += 1
                         slot_position[s] = active
                         active_list[active] = s
                         active += 1
@@ -837,10 +863,11 @@ def run_events(
         if status == SLOTS_FULL:
             break
         scalars[STAMP] += 1
-        scalars[STAMP] = _refill(
+        scalars[STAMP], filled = _refill(
             marked_count,
             scalars[STAMP],
             active,
+            filled,
             routes,
             slots,
             nodes,
@@ -851,9 +878,33 @@ def run_events(
             scalars[FIRST_STARTED],
             scalars[ENTRIES],
         )
+        # A flow whose rate changed: its bytes left since its last change, and its new end.
+        retimed_count, retimed_entries = 0, 0
+        for i in range(filled):
+            s = filled_list[i]
+            if not frozen_rate[s] > 0:
+                status = ZERO_RATE
+                break
+            if frozen_rate[s] == slot_rate[s]:
+                continue
+            slot_remaining[s] -= slot_rate[s] * ((now - since[s]) / _BITS_PER_S)
+            since[s] = now
+            slot_rate[s] = frozen_rate[s]
+            slot_end[s] = now + np.int64(np.ceil(slot_remaining[s] * _BITS_PER_S / slot_rate[s]))
+            if end_at[s] < 0:
+                end_heap[ends] = s
+                end_at[s] = ends
+                ends += 1
+            _heap_sift(end_heap, end_at, slot_end, end_at[s], ends)
+            retimed[retimed_count] = s
+            retimed_count += 1
+            retimed_entries += route_offsets[slot_route[s] + 1] - route_offsets[slot_route[s]]
+        if status == ZERO_RATE:
+            break
         record_count = _record_loads(
             now,
-            active,
+            retimed_count,
+            retimed_entries,
             marked_count,
             routes,
             slots,
@@ -867,16 +918,7 @@ def run_events(
         )
         marked_count = 0
         scalars[EVENTS] += 1
-        next_end = _NEVER
-        for i in range(active):
-            if not position_rate[i] > 0:
-                status = ZERO_RATE
-                break
-            slot_end[i] = now + np.int64(np.ceil(slot_remaining[i] * _BITS_PER_S / position_rate[i]))
-            if slot_end[i] < next_end:
-                next_end = slot_end[i]
-        if status == ZERO_RATE:
-            break
+        next_end = slot_end[end_heap[0]] if ends > 0 else _NEVER
         if active == 0 and heap_size == 0:
             status = DONE
             break
@@ -887,13 +929,11 @@ def run_events(
             now = time_limit_ns
             status = TIME_LIMITED
             break
-        step = (upcoming - now) / _BITS_PER_S
         ended = 0
-        for i in range(active):
-            slot_remaining[i] -= position_rate[i] * step
-            if slot_end[i] <= upcoming:
-                ending[ended] = active_list[i]
-                ended += 1
+        while ends > 0 and slot_end[end_heap[0]] <= upcoming:
+            ending[ended] = end_heap[0]
+            ended += 1
+            ends = _heap_remove(end_heap, end_at, slot_end, end_heap[0], ends)
         for i in range(ended):
             s = ending[i]
             marked_count = _leave(s, routes, slots, nodes, channel, marked_count, longest)
@@ -902,10 +942,6 @@ def run_events(
             active -= 1
             last, position = active_list[active], slot_position[s]
             active_list[position] = last
-            slot_remaining[position] = slot_remaining[active]
-            position_rate[position] = position_rate[active]
-            frozen_rate[position] = frozen_rate[active]
-            slot_cap[position] = slot_cap[active]
             slot_position[last] = position
             free_slots[free] = s
             free += 1
@@ -918,4 +954,5 @@ def run_events(
     scalars[FREE] = free
     scalars[RECORDS] = record_count
     scalars[MARKED] = marked_count
+    scalars[ENDS] = ends
     return status

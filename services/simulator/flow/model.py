@@ -253,7 +253,7 @@ class _Engine:
         """Room for `size` active flows, the active ones kept in their slots."""
         old = len(self.slots.flow) if self.slots is not None else 0
         i64, f64 = np.int64, np.float64
-        floats = {"remaining", "rate", "cap", "frozen_rate", "position_rate"}
+        floats = {"remaining", "rate", "cap", "frozen_rate"}
         slots = Slots(*(np.zeros(size, dtype=f64 if name in floats else i64) for name in Slots._fields))
         if self.slots is not None:
             for before, after in zip(self.slots, slots, strict=True):

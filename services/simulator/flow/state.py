@@ -59,21 +59,24 @@ class Slots(NamedTuple):
 
     flow: np.ndarray
     route: np.ndarray
-    remaining: np.ndarray  # bytes (p)
-    rate: np.ndarray  # bit/s
-    cap: np.ndarray  # (p)
-    end: np.ndarray  # ns (p)
+    remaining: np.ndarray  # bytes left at `since`
+    since: np.ndarray  # ns: when its rate last changed
+    rate: np.ndarray  # bit/s, since then
+    cap: np.ndarray
+    end: np.ndarray  # ns: when its last byte leaves at that rate
+    end_heap: np.ndarray  # the active flows, a min-heap on their end ...
+    end_at: np.ndarray  # ... and each one's place in it (-1: out)
     frozen_at: np.ndarray  # the filling that froze it
-    frozen_rate: np.ndarray  # the rate the last filling of its component gave it (p)
+    frozen_rate: np.ndarray  # the rate the last filling of its component gave it
     position: np.ndarray  # in the active list
-    active: np.ndarray  # the active list: slot by position
+    active: np.ndarray  # the active list: slot by position (p)
     free: np.ndarray  # free slots (a stack)
     listing: np.ndarray  # scratch: flows whose rate changed
-    ending: np.ndarray  # flows ending
+    ending: np.ndarray  # scratch: flows ending
     seen: np.ndarray  # the filling whose component search reached it
     members: np.ndarray  # scratch: the flows of the component being filled
     frozen: np.ndarray  # scratch: the flows frozen in a step
-    position_rate: np.ndarray  # the rate last taken (p)
+    filled: np.ndarray  # scratch: the flows the event filled
     next_started: np.ndarray  # the active flows in start order
     previous_started: np.ndarray
 
