@@ -412,3 +412,72 @@ def test_whole_runs_come_out_identical_to_the_reference(fabric, mode, jobs, extr
         assert np.array_equal(getattr(compiled.series, name), getattr(reference.series, name))
     for name in ("start_ns", "finish_ns"):
         assert np.array_equal(getattr(compiled.flows, name), getattr(reference.flows, name))
+
+
+def with_flows_on_no_channel(seed: int):
+    """A random case with caps in which some flows cross no channel (an empty route): they run
+    at their cap."""
+    workload, flow_route, routes, capacity = random_case(seed, caps=True)
+    routes = FlowRoutes(
+        np.r_[routes.offsets, routes.offsets[-1]],
+        routes.channels,
+        routes.fractions,
+        np.r_[routes.latency_ns, 250],
+        False,
+    )
+    rng = np.random.default_rng(seed)
+    lone = rng.random(len(flow_route)) < 0.3
+    flow_route[lone] = len(routes.offsets) - 2
+    assert workload.flow_rate_bps is not None
+    workload.flow_rate_bps[lone] = rng.choice([10.0, 37.5], int(lone.sum())) * G
+    return workload, flow_route, routes, capacity
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_flows_on_no_channel_run_at_their_cap(seed):
+    case = with_flows_on_no_channel(3000 + seed)
+    assert_identical(compiled(*case), reference(*case))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_flows_on_no_channel_survive_a_pause_to_grow_the_slots(seed, tight):
+    case = with_flows_on_no_channel(3000 + seed)
+    assert_identical(compiled(*case), reference(*case))
+
+
+def test_a_flow_on_no_channel_started_before_a_pause_for_slots_gets_its_rate(monkeypatch):
+    # At t=0 transfer 0 (an empty flow) and transfer 1 (1,000 bytes on no channel, capped at
+    # 10 Gb/s) start in one batch (after the slots grew from 1 to 2 for it); the empty flow
+    # releases transfer 2 (two flows) at once, which finds one free slot: the loop pauses to grow
+    # them, mid-event, and transfer 1 must still get its rate.
+    monkeypatch.setattr(model, "_FIRST_SLOTS", 1)
+    workload, _, _, _ = random_case(11)
+    workload = dataclasses.replace(
+        workload,
+        transfer_job=np.zeros(3, dtype=np.int32),
+        transfer_release_ns=np.zeros(3, dtype=np.int64),
+        transfer_prerequisites=np.array([0, 0, 1], dtype=np.int32),
+        dependent_offsets=np.array([0, 1, 1, 1], dtype=np.int64),
+        dependents=np.array([2], dtype=np.int32),
+        dependent_needs_arrival=np.array([False]),
+        transfer_flow_offsets=np.array([0, 1, 2, 4], dtype=np.int64),
+        flow_job=np.zeros(4, dtype=np.int32),
+        flow_source=np.zeros(4, dtype=np.int64),
+        flow_destination=np.zeros(4, dtype=np.int64),
+        flow_size_bytes=np.array([0, 1000, 1000, 1000], dtype=np.int64),
+        flow_source_port=np.zeros(4, dtype=np.int32),
+        flow_destination_qp=np.zeros(4, dtype=np.uint32),
+        flow_qp=np.arange(4, dtype=np.int32),
+        flow_rate_bps=np.array([0.0, 10.0 * G, 0.0, 0.0]),
+    )
+    routes = FlowRoutes(
+        np.array([0, 1, 1], dtype=np.int64),
+        np.array([0], dtype=np.int32),
+        np.ones(1),
+        np.zeros(2, np.int64),
+        True,
+    )
+    case = (workload, np.array([0, 1, 0, 0], dtype=np.int64), routes, np.array([400.0 * G]))
+    run, records = compiled(*case, time_limit_ns=1_000_000)  # (a flow never given a rate never ends)
+    assert run.flow_finish_ns.tolist() == [0, 800, 40, 40]
+    assert_identical((run, records), reference(*case, time_limit_ns=1_000_000))

@@ -57,6 +57,7 @@ __all__ = [
     "ENDS",
     "ENTRIES",
     "EVENTS",
+    "FILLED",
     "FIRST_STARTED",
     "FREE",
     "HEAP_SIZE",
@@ -111,7 +112,8 @@ FIRST_STARTED = 10  # the active flows in start order: the first (-1: none) ...
 LAST_STARTED = 11  # ... and the last slot of that list
 ENTRIES = 12  # channel entries of the active flows
 ENDS = 13  # active flows in the heap of ends
-SCALARS = 14
+FILLED = 14  # flows listed in slots.filled: started on no channel, before a pause for slots
+SCALARS = 15
 
 
 # --- the heap of transfers ready to start -------------------------------------------------------
@@ -802,9 +804,9 @@ def run_events(
     record_count = scalars[RECORDS]
     marked_count = scalars[MARKED]
     ends = scalars[ENDS]
+    filled = scalars[FILLED]
     status = PAUSED
     for _ in range(max_events):
-        filled = 0
         if record_count + channels > records.time.shape[0]:
             status = RECORDS_FULL
             break
@@ -901,6 +903,7 @@ def run_events(
             retimed_entries += route_offsets[slot_route[s] + 1] - route_offsets[slot_route[s]]
         if status == ZERO_RATE:
             break
+        filled = 0
         record_count = _record_loads(
             now,
             retimed_count,
@@ -955,4 +958,5 @@ def run_events(
     scalars[RECORDS] = record_count
     scalars[MARKED] = marked_count
     scalars[ENDS] = ends
+    scalars[FILLED] = filled
     return status
