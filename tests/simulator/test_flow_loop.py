@@ -1,8 +1,9 @@
-"""The compiled FLOW loop (flow/loop.py) against the NumPy loop it replaced, kept here as the
-reference: bit-identical per-flow times, channel load records, end, event count and time-limit flag
+"""The compiled FLOW loop (flow/loop.py) against a plain NumPy loop kept here as the reference:
+bit-identical per-flow times, channel load records, end, event count and time-limit flag
 on random workloads (split routes, shared channels, duplicate entries, empty flows, caps, ties,
 dependencies waiting on arrival or departure, time limits), with the loop made to pause, grow its
-slots and empty its record buffer at every turn, and on whole runs of every mode."""
+slots and empty its record buffer at every turn, with component searches that give way at once,
+and on whole runs of every mode."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ G = 1_000_000_000
 
 class _Reference:
     """The NumPy event loop model.py had before the compiled one (max-min rates recomputed from
-    scratch at every event with `max_min_rates`), unchanged but for names, progress reports and
-    its shortcut for a few ending flows (plain-Python bookkeeping that did the same)."""
+    scratch at every event with `max_min_rates`), but for names, progress reports, its shortcut
+    for a few ending flows (plain-Python bookkeeping that did the same) and, since issue #15's
+    second round, a flow's bytes left and end taken again only when its rate changes (the
+    compiled loop's arithmetic)."""
 
     def __init__(self, workload, flow_route, routes, channel_rate_bps):
         self.w = workload
@@ -332,6 +335,16 @@ def test_random_workloads_run_bit_identical_to_the_reference(seed, caps):
 @pytest.mark.parametrize("seed", range(20))
 def test_pausing_growing_and_handing_over_records_at_every_event_changes_nothing(seed, tight):
     case = random_case(1000 + seed, caps=seed % 2 == 1)
+    assert_identical(compiled(*case), reference(*case))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_component_searches_that_give_way_change_nothing(seed, monkeypatch):
+    # A search that gives way after 6 nodes: some components filled one by one, then every flow
+    # at once (with a new stamp) in the same event.
+    monkeypatch.setattr(model, "_WALK_SHARE", 1 << 40)
+    monkeypatch.setattr(model, "_WALK_LEAST", 6)
+    case = random_case(4000 + seed, caps=seed % 2 == 1)
     assert_identical(compiled(*case), reference(*case))
 
 

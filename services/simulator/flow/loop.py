@@ -1,16 +1,17 @@
 """The FLOW engine's event loop, compiled: model.py sets up its arrays and drives it in slices.
 
 It computes what model.py's docstring describes with the same floating-point operations, in the
-same order, as the NumPy loop it replaced (kept in tests/simulator/test_flow_loop.py as the
-reference, filling with `model.max_min_rates` at every event), so results are bit-identical to it:
+same order, as a plain NumPy loop (tests/simulator/test_flow_loop.py keeps it as the reference; it
+fills every flow with `model.max_min_rates` at every event), so results are bit-identical to it:
 
 - a channel's demand (sum of its unfrozen entries' fractions), the rates its frozen entries take
   (sum of fraction * rate) and its load (sum of fraction * rate) are summed over the active
   flows' entries in the order the flows started, then in route order, as `np.bincount` sums them;
 - a filling's step freezes the flows of every channel whose share, (capacity - taken) / demand,
   is the lowest (or at their cap), as `max_min_rates` does;
-- every event, each flow's remaining bytes drop by rate * (dt / 8e9) and its end is recomputed as
-  now + ceil(remaining * 8e9 / rate).
+- when a flow's rate changes (it starts, or its component's filling gives it another), its bytes
+  left drop by its old rate * ((now - since) / 8e9), and its end becomes
+  now + ceil(bytes left * 8e9 / new rate).
 
 What is incremental is only the bookkeeping, never a number:
 
@@ -28,6 +29,8 @@ What is incremental is only the bookkeeping, never a number:
 - within a filling, a step takes every channel whose share is the lowest: the first step by a
   scan (often every flow freezes in it), the later ones from a heap of the channels left, in
   which only the channels of the flows just frozen change their share;
+- the flows' ends wait in a heap (an event under ECMP touches the flows of the components it
+  fills, not every active flow);
 - a channel's load is summed again only when its entries or the rate of one of them changed (the
   sum over unchanged entries and rates would give the same number);
 - when most of the entries are due to be summed again, one pass over all entries in start order
@@ -84,10 +87,6 @@ _inline: Any = njit(cache=True, inline="always", _nrt=False)  # type: ignore[cal
 
 _BITS_PER_S = 8 * 1e9  # bytes * 8e9 / (bit/s) = ns
 _NEVER = np.iinfo(np.int64).max
-# A component search that walks more list nodes than the active entries / _WALK_SHARE (and than
-# _WALK_LEAST) gives way to one filling of every component.
-_WALK_SHARE = 2
-_WALK_LEAST = 4096
 
 # What `run_events` returns.
 DONE = 0  # no flow active and none to start
@@ -552,6 +551,7 @@ def _fill_all(active, stamp, filled, routes, slots, nodes, channel, work, has_ca
 
 @_kernel
 def _refill(
+    walk,
     marked_count,
     stamp,
     active,
@@ -572,7 +572,8 @@ def _refill(
     each component found by walking channel lists, or every component at once (_fill_all) when
     the marked lists or a walk cover much of the active entries. The flows filled are listed in
     slots.filled after the `filled` there already. Returns the filling's stamp (one more than
-    `stamp` when a walk gave way to _fill_all) and the count of slots.filled."""
+    `stamp` when a walk gave way to _fill_all) and the count of slots.filled. A walk gives way
+    once it has visited more list nodes than the active entries / walk[0] and than walk[1]."""
     marked, count, seen, demand, node_next = (
         channel.marked,
         channel.entries,
@@ -596,7 +597,7 @@ def _refill(
         demand[c] = total
     if dense:
         return stamp, _fill_all(active, stamp, filled, routes, slots, nodes, channel, work, has_caps, longest)
-    budget = max(entries // _WALK_SHARE, _WALK_LEAST)
+    budget = max(entries // walk[0], walk[1])
     listed = filled
     for i in range(marked_count):
         c = marked[i]
@@ -766,10 +767,12 @@ def run_events(
     records,
     scalars,
     has_caps,
+    walk,
     time_limit_ns,
     max_events,
 ):
-    """Run events from the saved state (see the module docstring); returns a status."""
+    """Run events from the saved state (see the module docstring); returns a status. `walk`
+    (int64 [2]) bounds a component search (_refill)."""
     transfer_flow_offsets, flow_size, flow_route, flow_cap = (
         workload.transfer_flow_offsets,
         workload.flow_size,
@@ -866,6 +869,7 @@ def run_events(
             break
         scalars[STAMP] += 1
         scalars[STAMP], filled = _refill(
+            walk,
             marked_count,
             scalars[STAMP],
             active,

@@ -60,6 +60,10 @@ _SLICE_S = 0.05  # wall time of one call into the compiled loop, between progres
 _FIRST_SLICE = 1  # events of the first call (then twice as many at most each call)
 _FIRST_SLOTS = 1024  # active flows room is made for at first (doubled when short)
 _RECORD_BUFFER = 1 << 20  # channel load records gathered before the loop hands them over
+# A component search that walks more channel list nodes than the active entries / _WALK_SHARE and
+# than _WALK_LEAST gives way to one filling of every flow (loop._refill).
+_WALK_SHARE = 2
+_WALK_LEAST = 4096
 
 
 @dataclasses.dataclass
@@ -294,6 +298,7 @@ class _Engine:
                 self.records,
                 self.scalars,
                 self.has_caps,
+                np.array([_WALK_SHARE, _WALK_LEAST], dtype=np.int64),
                 time_limit_ns,
                 events,
             )
