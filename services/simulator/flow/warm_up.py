@@ -1,6 +1,6 @@
 """Compile the FLOW engine's loop ahead of its first run: `python -m services.simulator.flow.warm_up`.
 
-The compiled loop (`loop.py`) takes about 10 s to compile on two cores the first time (numba caches
+The compiled loop (`loop.py`) takes about 20 s to compile on two cores the first time (numba caches
 it next to the source); `make venv` and `make run` call this so that no simulation waits for it. It
 runs one flow between two hosts through one switch; with the cache in place it takes well under a
 second.
