@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numba import njit
 
 from services.simulator.spec import Algorithm, Collective, JobSpec
 
@@ -165,23 +166,41 @@ class RingBlock:
 def ring_block(n: int, job: JobSpec, steps: int, lo: int, hi: int) -> RingBlock:
     """Transfers `lo..hi-1` of a ring job of n ranks and `steps` steps per iteration, computed from
     their index alone (so a run can generate a ring of 134M transfers block by block)."""
-    chunks = max(1, job.chunks)
-    total_steps = steps * max(1, job.iterations)
-    t = np.arange(lo, hi, dtype=np.int64)
-    step, rank, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
-    segment = (rank - step % steps) % n
-    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[segment]
-    last_step = step == total_steps - 1
-    dependents = np.full((len(t), 2), -1, dtype=np.int64)
-    next_step_first = np.where(~last_step, ((step + 1) * n + rank) * chunks, -1)
-    dependents[:, 0] = np.where(chunk < chunks - 1, t + 1, next_step_first)
-    dependents[:, 1] = np.where(~last_step, ((step + 1) * n + (rank + 1) % n) * chunks + chunk, -1)
-    return RingBlock(
-        sizes=split_bytes(segment_bytes, chunks, chunk),
-        rank=rank,
-        dependents=dependents,
-        prerequisites=((chunk > 0) | (step > 0)).astype(np.int32) + (step > 0),
+    m = max(0, hi - lo)
+    block = RingBlock(
+        sizes=np.empty(m, dtype=np.int64),
+        rank=np.empty(m, dtype=np.int64),
+        dependents=np.empty((m, 2), dtype=np.int64),
+        prerequisites=np.empty(m, dtype=np.int32),
     )
+    total_steps = steps * max(1, job.iterations)
+    sizes, rank, dependents, prerequisites = block.sizes, block.rank, block.dependents, block.prerequisites
+    _ring_block(
+        n, job.size_bytes, max(1, job.chunks), steps, total_steps, lo, sizes, rank, dependents, prerequisites
+    )
+    return block
+
+
+@njit(cache=True)
+def _ring_block(n, size_bytes, chunks, steps, total_steps, lo, sizes, rank, dependents, prerequisites):
+    # Transfer t is (step, rank, chunk); step s of rank r carries segment (r - s) mod n of the
+    # message (S split into n integer segments, each into `chunks` pieces: split_bytes).
+    for i in range(sizes.shape[0]):
+        t = lo + i
+        step, r, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
+        segment = (r - step % steps) % n
+        segment_bytes = size_bytes // n + (1 if segment < size_bytes % n else 0)
+        sizes[i] = segment_bytes // chunks + (1 if chunk < segment_bytes % chunks else 0)
+        rank[i] = r
+        last_step = step == total_steps - 1
+        # The next transfer on its connection (it only has to have left), then the one on rank + 1
+        # that forwards what it carried (arrival); -1 (the job's last step) only after those.
+        if chunk < chunks - 1:
+            dependents[i, 0] = t + 1
+        else:
+            dependents[i, 0] = -1 if last_step else ((step + 1) * n + r) * chunks
+        dependents[i, 1] = -1 if last_step else ((step + 1) * n + (r + 1) % n) * chunks + chunk
+        prerequisites[i] = (1 if chunk > 0 or step > 0 else 0) + (1 if step > 0 else 0)
 
 
 def ring_sent_bytes(n: int, job: JobSpec, steps: int) -> np.ndarray:

@@ -12,6 +12,7 @@ from services.simulator.collectives import (
     ring_sent_bytes,
     ring_steps,
     ring_transfers,
+    split_bytes,
 )
 from services.simulator.results import bus_factor
 from services.simulator.runner import run_simulation
@@ -355,6 +356,41 @@ def test_bad_collective_input_is_invalid_argument_naming_the_field(bad, field, r
     with pytest.raises(InvalidArgument, match=reason) as caught:
         run_simulation(spec(bad, fidelity=fidelity), FABRIC)
     assert caught.value.field == field
+
+
+def _ring_block_reference(n, job, steps, lo, hi):
+    """`ring_block` in NumPy, formula by formula (what it computed before it was compiled)."""
+    chunks = max(1, job.chunks)
+    total_steps = steps * max(1, job.iterations)
+    t = np.arange(lo, hi, dtype=np.int64)
+    step, rank, chunk = t // (n * chunks), (t // chunks) % n, t % chunks
+    segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))[(rank - step % steps) % n]
+    last_step = step == total_steps - 1
+    dependents = np.full((len(t), 2), -1, dtype=np.int64)
+    next_step_first = np.where(~last_step, ((step + 1) * n + rank) * chunks, -1)
+    dependents[:, 0] = np.where(chunk < chunks - 1, t + 1, next_step_first)
+    dependents[:, 1] = np.where(~last_step, ((step + 1) * n + (rank + 1) % n) * chunks + chunk, -1)
+    prerequisites = ((chunk > 0) | (step > 0)).astype(np.int32) + (step > 0)
+    return split_bytes(segment_bytes, chunks, chunk), rank, dependents, prerequisites
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "chunks", "iterations"), [(5, 1000, 1, 1), (7, 12_345, 3, 2), (8192, 64 << 20, 1, 1)]
+)
+def test_ring_block_is_its_numpy_formula(n, size, chunks, iterations):
+    """The compiled `ring_block` gives what the NumPy formula gives, over the whole ring and ranges
+    cut anywhere (sizes with remainders: 12,345 bytes over 7 ranks in 3 chunks)."""
+    job = JobSpec(Collective.ALL_REDUCE, size, rank_count=n, chunks=chunks, iterations=iterations)
+    steps = ring_steps(job.collective, n)
+    count = steps * iterations * n * chunks
+    ranges = [(0, min(count, 200_000)), (count - 1000, count), (n * chunks - 3, n * chunks + 5), (17, 17)]
+    for lo, hi in ranges:
+        block = ring_block(n, job, steps, lo, hi)
+        expected = _ring_block_reference(n, job, steps, lo, hi)
+        for got, want in zip(
+            (block.sizes, block.rank, block.dependents, block.prerequisites), expected, strict=True
+        ):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numba import njit
 
 from services.simulator.packet import layout as L
 from services.simulator.results import FLOW_RESULTS_LIMIT
@@ -131,14 +132,14 @@ class StreamedFlows:
         """Results of flows `index` (their final values) into the totals and the kept ones."""
         if not len(index):
             return
-        self.settled_bytes += int(recv.sum() + lost.sum())
-        done = finish >= 0
-        self.unfinished += int((~done).sum())
-        if done.any():
-            self.last_finish = max(self.last_finish, int(finish[done].max()))
-        self.lost_flows += int((lost > 0).sum())
-        self.fi_sum += fi.sum(axis=0)
-        self.max_recovery_ps = max(self.max_recovery_ps, int(fi[:, L.FI_REC_PS].max()))
+        settled, unfinished, last_finish, lost_flows, recovery = _fold_totals(
+            finish, recv, lost, fi, self.fi_sum, L.FI_REC_PS
+        )
+        self.settled_bytes += settled
+        self.unfinished += unfinished
+        self.last_finish = max(self.last_finish, last_finish)
+        self.lost_flows += lost_flows
+        self.max_recovery_ps = max(self.max_recovery_ps, recovery)
         kept = index < len(self.start)
         if kept.any():
             at = index[kept]
@@ -148,6 +149,26 @@ class StreamedFlows:
                 lost[kept],
                 fi[kept],
             )
+
+
+@njit(cache=True)
+def _fold_totals(finish, recv, lost, fi, fi_sum, rec_column):
+    """One pass over a page's flows: (bytes settled, flows unfinished, latest finish, flows that
+    lost bytes, longest recovery); their `fi` counters added into `fi_sum`."""
+    settled = unfinished = lost_flows = recovery = 0
+    last_finish = -1
+    for f in range(finish.shape[0]):
+        settled += recv[f] + lost[f]
+        if finish[f] < 0:
+            unfinished += 1
+        elif finish[f] > last_finish:
+            last_finish = finish[f]
+        if lost[f] > 0:
+            lost_flows += 1
+        for k in range(fi.shape[1]):
+            fi_sum[k] += fi[f, k]
+        recovery = max(recovery, fi[f, rec_column])
+    return settled, unfinished, last_finish, lost_flows, recovery
 
 
 class TransferPool:
