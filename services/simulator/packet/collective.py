@@ -14,7 +14,7 @@ from services.simulator.packet.layout import (
     SC_ROB_FREE_COUNT,
 )
 
-__all__ = ["flow_accounted", "flow_left"]
+__all__ = ["flow_accounted", "flow_left", "fold_totals"]
 
 
 @kernel
@@ -55,3 +55,24 @@ def flow_accounted(run, heap, fl, rob, qps, tr, f, now):
     tr.unarrived[t] -= 1
     if tr.unarrived[t] == 0:
         _release_dependents(run, heap, tr, t, 1, now)
+
+
+@kernel
+def fold_totals(finish, recv, lost, fi, fi_sum, rec_column):
+    """A streamed run's page of settled flows in one pass (stream.py): (bytes settled, flows
+    unfinished, latest finish, flows that lost bytes, longest recovery); their `fi` counters are
+    added into `fi_sum`."""
+    settled = unfinished = lost_flows = recovery = 0
+    last_finish = -1
+    for f in range(finish.shape[0]):
+        settled += recv[f] + lost[f]
+        if finish[f] < 0:
+            unfinished += 1
+        elif finish[f] > last_finish:
+            last_finish = finish[f]
+        if lost[f] > 0:
+            lost_flows += 1
+        for k in range(fi.shape[1]):
+            fi_sum[k] += fi[f, k]
+        recovery = max(recovery, fi[f, rec_column])
+    return settled, unfinished, last_finish, lost_flows, recovery

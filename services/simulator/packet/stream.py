@@ -37,9 +37,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numba import njit
 
 from services.simulator.packet import layout as L
+from services.simulator.packet.collective import fold_totals
 from services.simulator.results import FLOW_RESULTS_LIMIT
 from services.simulator.workload import RingStream
 
@@ -132,7 +132,7 @@ class StreamedFlows:
         """Results of flows `index` (their final values) into the totals and the kept ones."""
         if not len(index):
             return
-        settled, unfinished, last_finish, lost_flows, recovery = _fold_totals(
+        settled, unfinished, last_finish, lost_flows, recovery = fold_totals(
             finish, recv, lost, fi, self.fi_sum, L.FI_REC_PS
         )
         self.settled_bytes += settled
@@ -149,26 +149,6 @@ class StreamedFlows:
                 lost[kept],
                 fi[kept],
             )
-
-
-@njit(cache=True)
-def _fold_totals(finish, recv, lost, fi, fi_sum, rec_column):
-    """One pass over a page's flows: (bytes settled, flows unfinished, latest finish, flows that
-    lost bytes, longest recovery); their `fi` counters added into `fi_sum`."""
-    settled = unfinished = lost_flows = recovery = 0
-    last_finish = -1
-    for f in range(finish.shape[0]):
-        settled += recv[f] + lost[f]
-        if finish[f] < 0:
-            unfinished += 1
-        elif finish[f] > last_finish:
-            last_finish = finish[f]
-        if lost[f] > 0:
-            lost_flows += 1
-        for k in range(fi.shape[1]):
-            fi_sum[k] += fi[f, k]
-        recovery = max(recovery, fi[f, rec_column])
-    return settled, unfinished, last_finish, lost_flows, recovery
 
 
 class TransferPool:
