@@ -245,6 +245,8 @@ for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
 
 
 K32_RANKS = int(os.environ.get("FABRICTWIN_BENCH_K32_RANKS", "8192"))
+# A slice of the run (simulated ns; 0: all of it), for comparing code changes in a minute, not ten.
+K32_TIME_LIMIT_NS = int(os.environ.get("FABRICTWIN_BENCH_K32_TIME_LIMIT_NS", "0"))
 
 
 def _allreduce_k32(mode: str) -> dict:
@@ -273,6 +275,8 @@ def _allreduce_k32(mode: str) -> dict:
     snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
     phases["snapshot_transfer"] = time.perf_counter() - start
     spec = _allreduce_spec(snapshot, mode, K32_RANKS)
+    if K32_TIME_LIMIT_NS:
+        spec["time_limit_ns"] = K32_TIME_LIMIT_NS
     estimate = check_simulation(SimulationSpec.from_dict(spec), snapshot).estimate
     start = time.perf_counter()
     outcome = run_simulation(spec, snapshot)
@@ -281,6 +285,7 @@ def _allreduce_k32(mode: str) -> dict:
     phases.update(outcome.phase_seconds)
     return {
         "ranks": K32_RANKS,
+        "time_limit_ns": K32_TIME_LIMIT_NS,
         "transfers": estimate.transfers,
         "streamed": estimate.streamed,
         "memory_estimate_gb": round(estimate.memory_bytes / 2**30, 2),
