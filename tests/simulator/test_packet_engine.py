@@ -7,7 +7,6 @@ import pytest
 
 from services.common.errors import InvalidArgument
 from services.simulator.cancel import Cancelled
-from services.simulator.packet.arrays import GroupTable
 from services.simulator.runner import run_simulation
 from tests.simulator.fabrics import fat_tree, leaf_spine
 
@@ -302,23 +301,3 @@ def test_flows_smaller_than_a_packet_never_finish_before_their_ideal():
     )
     job = outcome.jobs[0]
     assert job.ideal_completion_ns <= job.completion_ns <= 1.05 * job.ideal_completion_ns
-
-
-@pytest.mark.parametrize(
-    ("rows", "slots", "distinct", "dtype"), [(3, 10, 4, np.uint8), (2, 2000, 300, np.uint16)]
-)
-def test_the_compact_group_table_gives_every_switch_and_slot_its_span(rows, slots, distinct, dtype):
-    """Each (switch row, slot) reads back the span it had in the full table, through its row's list
-    of distinct spans; the index takes a byte while a row has at most 256 of them."""
-    rng = np.random.default_rng(7)
-    kinds = rng.integers(0, 1 << 20, size=(distinct, 1), dtype=np.int32) + np.array([[0, 0]], dtype=np.int32)
-    kinds[:, 1] += rng.integers(0, 17, size=distinct, dtype=np.int32)
-    spans = kinds[rng.integers(0, distinct, size=(rows, slots))]
-    spans[:, 0] = kinds[np.arange(rows) % distinct]  # every row holds at least its slot 0's span
-    table = GroupTable.compact(spans)
-    assert table.local.dtype == dtype
-    index = table.row_off[:-1, None] + table.local.astype(np.int64)
-    assert np.array_equal(table.span[index], spans)
-    for row in range(rows):
-        mine = table.span[table.row_off[row] : table.row_off[row + 1]]
-        assert len({tuple(s) for s in mine}) == len(mine) == len({tuple(s) for s in spans[row]})

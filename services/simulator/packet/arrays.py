@@ -9,8 +9,6 @@ fit in `MAX_SERIES_BYTES`, and doubles like the engine's own beyond that (the ou
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -71,36 +69,6 @@ def flow_bits_bytes(lb: LoadBalancingSpec | None, channels: int, flows: int) -> 
     if lb is None or mode_of(lb).pins_flows or size > MAX_FLOW_BITS_BYTES:
         return 0
     return size
-
-
-class GroupTable(NamedTuple):
-    """Every (switch row, forwarding slot)'s group, a span of g_ch, as the per-hop lookup reads it:
-    a switch has few distinct spans (k=32: at most 32 among its 8,192 destinations), so the table
-    holds each pair's index among its row's spans, a byte where they fit (k=32: 10.5 MB against
-    84 MB of spans), and each row's spans are listed once."""
-
-    local: np.ndarray  # uint8, uint16 or int32 [row, slot]: the index of its span among its row's
-    row_off: np.ndarray  # int64 [row + 1]: the row's spans are span[row_off[row]:row_off[row + 1]]
-    span: np.ndarray  # int32 [n, 2]: a group g_ch[start:end]
-
-    @classmethod
-    def compact(cls, spans: np.ndarray) -> GroupTable:
-        """From the full table, `spans` [row, slot, 2]."""
-        rows, slots = spans.shape[0], spans.shape[1]
-        row_spans, locals_ = [], []
-        for row in spans:  # a row at a time: the temporaries stay a row's size
-            distinct, local = np.unique(row.view(np.int64).ravel(), return_inverse=True)
-            row_spans.append(distinct)
-            locals_.append(local.reshape(-1))
-        row_off = np.zeros(rows + 1, dtype=np.int64)
-        row_off[1:] = np.cumsum([len(d) for d in row_spans])
-        widest = int(np.diff(row_off).max(initial=0))
-        dtype = np.uint8 if widest <= 1 << 8 else np.uint16 if widest <= 1 << 16 else np.int32
-        local = np.empty((rows, slots), dtype=dtype)
-        for r, row_local in enumerate(locals_):
-            local[r] = row_local
-        span = np.concatenate(row_spans).view(np.int32).reshape(-1, 2) if rows else np.zeros((0, 2), np.int32)
-        return cls(local, row_off, span)
 
 
 class EngineArrays:
@@ -356,11 +324,13 @@ class EngineArrays:
         if len(walker.channels) + len(self.pin_channel) >= 2**31:
             raise FailedPrecondition(too_large)
         self.g_ch = np.concatenate([walker.channels, self.pin_channel]).astype(np.int32)
-        # Every (switch, slot)'s span first, then compacted for the per-hop lookup (GroupTable).
-        table = np.zeros((len(switches), self.num_dest, 2), dtype=np.int32)
+        # int32 spans and int16 positions: every hop of a per-packet mode reads them at a random
+        # (switch, destination), so a smaller table stays in cache more often.
+        self.g_span = np.zeros((keys, 2), dtype=np.int32)
         # A batch of switches at a time: the walk's temporaries are ~150 bytes a (switch,
         # destination), 1.5 GB at once for k=32's 1,280 switches and 8,192 destinations.
         batch = max(1, _GROUP_BATCH_KEYS // max(1, real))
+        table = self.g_span.reshape(len(switches), self.num_dest, 2)  # a view
         for first in range(0, len(switches), batch):
             last = min(first + batch, len(switches))
             start, size = walker.groups(
@@ -371,10 +341,10 @@ class EngineArrays:
                 raise FailedPrecondition(too_large)
             table[first:last, :real, 0] = start.reshape(last - first, real)
             table[first:last, :real, 1] = (start + size).reshape(last - first, real)
+        pin_keys = self.node_row[self.pin_node].astype(np.int64) * self.num_dest + real + self.pin_of
         pinned_at = len(walker.channels) + np.arange(len(self.pin_channel))
-        table[self.node_row[self.pin_node], real + self.pin_of, 0] = pinned_at
-        table[self.node_row[self.pin_node], real + self.pin_of, 1] = pinned_at + 1
-        self.groups = GroupTable.compact(table)
+        self.g_span[pin_keys, 0] = pinned_at
+        self.g_span[pin_keys, 1] = pinned_at + 1
         self.g_next = np.zeros(keys, dtype=np.int16)  # round-robin position of each group
         # Each flow's route (hop h is the h-th channel), which a mode that pins flows (ECMP) follows.
         self.f_path_off = routes.offsets[flow_route].astype(np.int64)
@@ -593,7 +563,7 @@ class EngineArrays:
             Series(self.s_bytes, self.s_qpeak, self.s_qint, self.s_drops, self.s_ev),
             Routing(
                 self.node_row,
-                *self.groups,
+                self.g_span,
                 self.g_ch,
                 self.num_dest,
                 self.g_next,

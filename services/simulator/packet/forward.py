@@ -42,9 +42,8 @@ def _group(rt, fl, node, f):
     row = rt.node_row[node]
     if row < 0:  # a host that is not the destination: hosts do not forward
         return -1, 0, 0
-    slot = fl.dst_slot[f]
-    i = rt.g_row_off[row] + rt.g_local[row, slot]
-    return row * rt.num_dest + slot, rt.g_span[i, 0], rt.g_span[i, 1]
+    key = row * rt.num_dest + fl.dst_slot[f]
+    return key, rt.g_span[key, 0], rt.g_span[key, 1]
 
 
 @kernel

@@ -106,9 +106,7 @@ class Routing(NamedTuple):
     """Equal-cost next channels of (switch row, destination slot), and ECMP's per-flow paths."""
 
     node_row: np.ndarray  # switch row of each node (-1: a host)
-    g_local: np.ndarray  # [row, slot]: its group's span among its row's (arrays.GroupTable)
-    g_row_off: np.ndarray  # int64 [row + 1]: where a row's spans start in g_span
-    g_span: np.ndarray  # int32 [n, 2]: a group g_ch[start:end]
+    g_span: np.ndarray  # int32 [row * num_dest + slot, 2]: its group g_ch[start:end]
     g_ch: np.ndarray  # groups' channels; groups with the same members share them
     num_dest: int
     g_next: np.ndarray  # SPRAY's round-robin position of each group
