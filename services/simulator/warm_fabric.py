@@ -39,13 +39,17 @@ def two_hosts_one_switch() -> FabricSnapshot:
 
 
 def warm_up_run(fidelity: str) -> tuple[FabricSnapshot, dict]:
-    """64 KiB from host-0 to host-1 under ECMP at `fidelity`, on `two_hosts_one_switch` (the spec as
+    """64 KiB from host-0 to host-1, and a 64 KiB ring AllReduce over both hosts (the compiled
+    `collectives.ring_block` too), under ECMP at `fidelity`, on `two_hosts_one_switch` (the spec as
     `SimulationSpec.from_dict` takes it)."""
     snapshot = two_hosts_one_switch()
     flow = {"source": "host-0", "destination": "host-1", "size_bytes": 64 << 10}
     return snapshot, {
         "fabric": snapshot.fabric,
         "fidelity": fidelity,
-        "jobs": [{"collective": "POINT_TO_POINT", "flows": [flow]}],
+        "jobs": [
+            {"collective": "POINT_TO_POINT", "flows": [flow]},
+            {"collective": "ALL_REDUCE", "size_bytes": 64 << 10, "rank_count": 2},
+        ],
         "load_balancing": {"mode": "ECMP"},
     }
