@@ -486,8 +486,13 @@ def _build(spec: SimulationSpec, snapshot: FabricSnapshot, connections: bool) ->
 def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfers]) -> Workload:
     transfer_base = np.cumsum([0] + [len(p.sizes) for p in parts])
     total = int(transfer_base[-1])
-    shifts = [np.array([base, base, 0]) for base in transfer_base[:-1]]
-    edges = np.concatenate([p.edges + shift for p, shift in zip(parts, shifts, strict=True)])
+    # Each part's edges in the run's transfer numbers (the first part's need no shift, and one part
+    # no copy: a 2,048-rank ring's 16.8M edges are 400 MB).
+    shifted = [
+        p.edges + np.array([base, base, 0]) if base else p.edges
+        for p, base in zip(parts, transfer_base[:-1], strict=True)
+    ]
+    edges = shifted[0] if len(shifted) == 1 else np.concatenate(shifted)
     # By prerequisite, each one's in the generator's order (a ring's come so: no sort).
     by_prerequisite = len(edges) < 2 or bool((edges[1:, 0] >= edges[:-1, 0]).all())
     order = np.arange(len(edges)) if by_prerequisite else np.argsort(edges[:, 0], kind="stable")
@@ -498,20 +503,30 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     flows_per_transfer = qps[transfer_job]
     transfer_flow_offsets = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(flows_per_transfer, out=transfer_flow_offsets[1:])
-    flow_transfer = np.repeat(np.arange(total), flows_per_transfer)
-    qp_index = np.arange(len(flow_transfer)) - transfer_flow_offsets[flow_transfer]
+    # One QP per connection (the default) makes flow f transfer f: no per-flow gathers then.
+    one_flow_each = int(transfer_flow_offsets[-1]) == total
+    flow_transfer = np.arange(total) if one_flow_each else np.repeat(np.arange(total), flows_per_transfer)
+    qp_index = (
+        np.zeros(total, dtype=np.int64)
+        if one_flow_each
+        else np.arange(len(flow_transfer)) - transfer_flow_offsets[flow_transfer]
+    )
+
+    def per_flow(values: np.ndarray) -> np.ndarray:
+        return values if one_flow_each else values[flow_transfer]
+
     sizes = np.concatenate([p.sizes for p in parts])
     connection = np.concatenate([p.connection for p in parts])
-    flow_job = transfer_job[flow_transfer]
+    flow_job = per_flow(transfer_job)
     source_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     destination_qp = np.empty(len(flow_transfer), dtype=np.uint32)
     flow_qp = np.empty(len(flow_transfer), dtype=np.int32)
     numbered = 0
     for j in range(len(parts)):
-        mine = flow_job == j
+        mine = slice(None) if len(parts) == 1 else flow_job == j
         # Hash each (connection, QP) once, not each flow: every step of a ring reuses them.
         qps_of_job = int(qp_index[mine].max(initial=0)) + 1
-        key = connection[flow_transfer[mine]] * qps_of_job + qp_index[mine]
+        key = per_flow(connection)[mine] * qps_of_job + qp_index[mine]
         keys, which = _distinct(key)
         for role, out in ((0, source_qp), (1, destination_qp)):
             out[mine] = _qp_numbers(spec.seed, j, keys // qps_of_job, keys % qps_of_job, role)[which]
@@ -519,7 +534,7 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         numbered += len(keys)
     source_port = udp_source_port(source_qp)
     if any(p.source_port is not None for p in parts):  # a flow's own port replaces its QP's
-        given = np.concatenate([_or_zeros(p.source_port, p) for p in parts])[flow_transfer]
+        given = per_flow(np.concatenate([_or_zeros(p.source_port, p) for p in parts]))
         source_port = np.where(given > 0, given, source_port).astype(np.int32)
     pinned_offsets = pinned_channels = flow_rate = None
     if any(p.pinned_offsets is not None for p in parts):
@@ -534,7 +549,11 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         pinned_offsets, pinned_channels = gather_rows(offsets, channels, flow_transfer)
     if any(p.rate_bps is not None for p in parts):  # each QP of a transfer takes its share of the cap
         transfer_rate = np.concatenate([_or_zeros(p.rate_bps, p).astype(np.float64) for p in parts])
-        flow_rate = transfer_rate[flow_transfer] / flows_per_transfer[flow_transfer]
+        flow_rate = per_flow(transfer_rate) / per_flow(flows_per_transfer)
+    if one_flow_each:  # a transfer's bytes split over one QP: all of them
+        flow_sizes = sizes.astype(np.int64, copy=False)
+    else:
+        flow_sizes = split_bytes(per_flow(sizes), per_flow(flows_per_transfer), qp_index)
     return Workload(
         jobs=plans,
         transfer_job=transfer_job,
@@ -545,9 +564,9 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
         dependent_needs_arrival=edges[order, 2].astype(bool),
         transfer_flow_offsets=transfer_flow_offsets,
         flow_job=flow_job,
-        flow_source=np.concatenate([p.source for p in parts])[flow_transfer],
-        flow_destination=np.concatenate([p.destination for p in parts])[flow_transfer],
-        flow_size_bytes=split_bytes(sizes[flow_transfer], flows_per_transfer[flow_transfer], qp_index),
+        flow_source=per_flow(np.concatenate([p.source for p in parts])),
+        flow_destination=per_flow(np.concatenate([p.destination for p in parts])),
+        flow_size_bytes=flow_sizes,
         flow_source_port=source_port,
         flow_destination_qp=destination_qp,
         flow_qp=flow_qp,
