@@ -1,4 +1,4 @@
-"""The smallest fabric an engine can run on, and the one-flow run on it that the engines' warm-ups
+"""The smallest fabric an engine can run on, and the small run on it that the engines' warm-ups
 compile their loops with."""
 
 from __future__ import annotations

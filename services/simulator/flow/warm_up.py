@@ -2,8 +2,8 @@
 
 The compiled loop (`loop.py`) takes about 20 s to compile on two cores the first time (numba caches
 it next to the source); `make venv` and `make run` call this so that no simulation waits for it. It
-runs one flow between two hosts through one switch; with the cache in place it takes well under a
-second.
+runs one flow and a two-rank ring between two hosts through one switch (`warm_fabric.warm_up_run`);
+with the cache in place it takes well under a second.
 """
 
 from __future__ import annotations
