@@ -506,14 +506,11 @@ def _assemble(spec: SimulationSpec, plans: list[JobPlan], parts: list[JobTransfe
     # One QP per connection (the default) makes flow f transfer f: no per-flow gathers then.
     one_flow_each = int(transfer_flow_offsets[-1]) == total
     flow_transfer = np.arange(total) if one_flow_each else np.repeat(np.arange(total), flows_per_transfer)
-    qp_index = (
-        np.zeros(total, dtype=np.int64)
-        if one_flow_each
-        else np.arange(len(flow_transfer)) - transfer_flow_offsets[flow_transfer]
-    )
 
     def per_flow(values: np.ndarray) -> np.ndarray:
         return values if one_flow_each else values[flow_transfer]
+
+    qp_index = np.arange(len(flow_transfer)) - per_flow(transfer_flow_offsets[:-1])
 
     sizes = np.concatenate([p.sizes for p in parts])
     connection = np.concatenate([p.connection for p in parts])
