@@ -1,5 +1,6 @@
 """Simulator benchmarks at FLOW fidelity: 128-rank ring AllReduce (1 GiB) on fat-trees, and the scale
-job (64 MiB ring AllReduce over 1,024 randomly placed ranks) on k=16 and k=32 fat-trees.
+job (64 MiB ring AllReduce over 1,024 randomly placed ranks) on k=16 and k=32 fat-trees; at
+FLOW_STEADY the same job over 8,192 ranks on k=32, and beside FLOW on k=16 (both in one process).
 
 There is no k=32 ADAPTIVE scale benchmark: an even split puts each flow on ~530 channels (of the
 ~33k the job uses), each event changes the load of ~17k of them, and the run's load records (one
@@ -9,10 +10,16 @@ from __future__ import annotations
 
 import time
 
+from fabrictwin.v1 import topology_pb2
+
 import services.simulator.flow.engine as flow_engine
 from bench.registry import benchmark
+from services.common.snapshot import FabricSnapshot
+from services.simulator.checks import check_simulation
 from services.simulator.flow.model import simulate_flows
+from services.simulator.flow.warm_up import warm_up as warm_up_flow_engines
 from services.simulator.runner import run_simulation
+from services.simulator.spec import SimulationSpec
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
 
@@ -139,3 +146,110 @@ def ring1024_k16_adaptive() -> dict:
 @benchmark("simulator.flow.ring1024.k32.ecmp")
 def ring1024_k32_ecmp() -> dict:
     return _ring_at_scale(32, 1024, "ECMP")
+
+
+def _scale_spec(snapshot, fidelity: str, mode: str, ranks: int) -> dict:
+    """The scale job: a 64 MiB ring AllReduce over `ranks` randomly placed ranks (bench_engine's)."""
+    return {
+        "fabric": snapshot.fabric,
+        "fidelity": fidelity,
+        "jobs": [
+            {"collective": "ALL_REDUCE", "size_bytes": 64 << 20, "rank_count": ranks, "placement": "RANDOM"}
+        ],
+        "load_balancing": {"mode": mode, "seed": 1},
+        "switch_latency_ns": 300,
+        "seed": 1,
+    }
+
+
+def _ring8192_k32(mode: str) -> dict:
+    """The 8,192-rank job of `engine.allreduce.k32` at FLOW_STEADY, each phase timed as there: the
+    fabric's generation, routing and snapshot, its transfer as the simulator service receives it,
+    the checks and workload, the engine's routes, steady state and series, the results."""
+    warm_up_flow_engines()
+    phases: dict[str, float] = {}
+    start = time.perf_counter()
+    fabric = fat_tree(32)
+    phases["generate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    snapshot = route_and_snapshot(fabric)
+    phases["route_and_snapshot"] = time.perf_counter() - start
+    start = time.perf_counter()
+    wire = snapshot.to_proto().SerializeToString()
+    snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
+    phases["snapshot_transfer"] = time.perf_counter() - start
+    spec = _scale_spec(snapshot, "FLOW_STEADY", mode, 8192)
+    estimate = check_simulation(SimulationSpec.from_dict(spec), snapshot).estimate
+    start = time.perf_counter()
+    outcome = run_simulation(spec, snapshot)
+    wall = time.perf_counter() - start
+    phases.update(outcome.phase_seconds)
+    job = outcome.jobs[0]
+    return {
+        "ranks": 8192,
+        "fidelity": "FLOW_STEADY",
+        "transfers": estimate.transfers,
+        "memory_estimate_gb": round(estimate.memory_bytes / 2**30, 2),
+        "wall_s_simulation": round(wall, 2),
+        "wall_s_with_fabric": round(wall + phases["generate"] + phases["route_and_snapshot"], 2),
+        "completion_ms": round(job.completion_ns / 1e6, 3),
+        "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
+        "busbw_gbps": round(float(job.busbw_gbps), 1),
+        "links_with_series": len(outcome.series.channels),
+        "phases_s": {name: round(seconds, 3) for name, seconds in phases.items()},
+    }
+
+
+@benchmark("simulator.flow.ring8192.k32.ecmp")
+def ring8192_k32_ecmp() -> dict:
+    return _ring8192_k32("ECMP")
+
+
+@benchmark("simulator.flow.ring8192.k32.adaptive")
+def ring8192_k32_adaptive() -> dict:
+    return _ring8192_k32("ADAPTIVE")
+
+
+def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
+    """The scale job at FLOW_STEADY and at FLOW, one after the other in this process: how much
+    faster the steady state is, and how far its completion is from the FLOW loop's."""
+    warm_up_flow_engines()
+    snapshot = route_and_snapshot(fat_tree(k))
+    figures = {}
+    for fidelity in ("FLOW_STEADY", "FLOW"):
+        start = time.perf_counter()
+        outcome = run_simulation(_scale_spec(snapshot, fidelity, mode, ranks), snapshot)
+        figures[fidelity] = (time.perf_counter() - start, outcome.jobs[0])
+    (steady_s, steady), (flow_s, flow) = figures["FLOW_STEADY"], figures["FLOW"]
+    return {
+        "ranks": ranks,
+        "steady_wall_s": round(steady_s, 2),
+        "flow_wall_s": round(flow_s, 2),
+        "speedup": round(flow_s / steady_s, 1),
+        "steady_completion_ms": round(steady.completion_ns / 1e6, 4),
+        "flow_completion_ms": round(flow.completion_ns / 1e6, 4),
+        "completion_diff_pct": round(
+            100 * (steady.completion_ns - flow.completion_ns) / flow.completion_ns, 3
+        ),
+        "ideal_ms": round(flow.ideal_completion_ns / 1e6, 4),
+    }
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring1024.k16.ecmp")
+def steady_vs_flow_k16_ecmp() -> dict:
+    return _steady_beside_flow(16, 1024, "ECMP")
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring1024.k16.adaptive")
+def steady_vs_flow_k16_adaptive() -> dict:
+    return _steady_beside_flow(16, 1024, "ADAPTIVE")
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring1024.k32.ecmp")
+def steady_vs_flow_k32_ecmp() -> dict:
+    return _steady_beside_flow(32, 1024, "ECMP")
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring2048.k32.ecmp")
+def steady_vs_flow_2048_k32_ecmp() -> dict:
+    return _steady_beside_flow(32, 2048, "ECMP")

@@ -40,6 +40,7 @@ from services.common.errors import ResourceExhausted
 from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
+from services.simulator.flow.integrate import DEFAULT_INTERVALS
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
 from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams, without_flows_by_index
@@ -62,6 +63,9 @@ WORKER_BASE_BYTES = 320 << 20  # a worker before its run: 165-256 MB measured in
 _FLOW_BYTES_PER_TRANSFER = 400
 _FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 180
+# FLOW_STEADY, per QP flow of the ring's connections: its route's shares and, per interval edge, the
+# bits it sent (twice: binned, then cumulative).
+_STEADY_BYTES_PER_QP_FLOW = _FLOW_BYTES_PER_QP_FLOW + 16 * (DEFAULT_INTERVALS + 1)
 _PACKET_BYTES_PER_QP_FLOW = 420
 _SPEC_BYTES_PER_LISTED_FLOW = 640
 
@@ -307,7 +311,10 @@ def estimate_cost(
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
     streamed = streams(spec)
-    if streamed:  # held: its connections, and the transfers of a few blocks in slots
+    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:  # its connections, each QP's bits per interval
+        qps = max(1, spec.jobs[0].qps_per_connection)
+        memory += (_FLOW_BYTES_PER_TRANSFER + _STEADY_BYTES_PER_QP_FLOW * qps) * len(placed[0])
+    elif streamed:  # held: its connections, and the transfers of a few blocks in slots
         job = spec.jobs[0]
         ranks, qps = len(placed[0]), max(1, job.qps_per_connection)
         held = STREAM_BLOCKS_HELD * stream_block(ranks, job) + ranks
@@ -329,7 +336,7 @@ def _hint(spec: SimulationSpec) -> str:
     if spec.fidelity == Fidelity.FLOW and streams(dataclasses.replace(spec, fidelity=Fidelity.PACKET)):
         return (
             "At PACKET fidelity this ring is generated as it runs (only a few steps of it are held), "
-            "where FLOW holds every transfer. "
+            "where FLOW holds every transfer; FLOW_STEADY computes its steady state holding none. "
         )
     if streams(without_flows_by_index(spec)):
         return (

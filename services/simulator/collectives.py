@@ -203,10 +203,18 @@ def _ring_block(n, size_bytes, chunks, steps, total_steps, lo, sizes, rank, depe
         prerequisites[i] = (1 if chunk > 0 or step > 0 else 0) + (1 if step > 0 else 0)
 
 
-def ring_sent_bytes(n: int, job: JobSpec, steps: int) -> np.ndarray:
+def ring_sent_bytes(n: int, job: JobSpec, steps: int, wire: tuple[int, int, int] | None = None) -> np.ndarray:
     """int64 [n]: the bytes each rank of a ring job sends over the whole job (what `ring_block`'s
-    transfers of that rank add up to), in O(n)."""
+    transfers of that rank add up to), in O(n x chunks x QPs). `wire` = (mtu, header bytes, QPs):
+    counted on the wire instead, each chunk split over the QPs and each QP flow cut into packets of at
+    most mtu payload bytes, each with its header (an empty flow sends nothing)."""
     segment_bytes = split_bytes(np.full(n, job.size_bytes), n, np.arange(n))
+    if wire is not None:
+        mtu, header, qps = wire
+        chunks = max(1, job.chunks)
+        chunk = split_bytes(segment_bytes[:, None], chunks, np.arange(chunks)[None, :])
+        part = split_bytes(chunk[:, :, None], qps, np.arange(qps)[None, None, :])
+        segment_bytes = (part + -(-part // mtu) * header).sum(axis=(1, 2))
     # Step s of rank r carries segment (r - s) mod n: a window of `steps` segments ending at r.
     tiled = np.r_[0, np.cumsum(np.tile(segment_bytes, steps // n + 2))]
     end = np.arange(n) + (steps // n + 1) * n + 1  # one past segment r, in a later tile

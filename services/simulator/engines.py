@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from services.simulator.engine import Engine
-from services.simulator.flow import FlowEngine
+from services.simulator.flow import FlowEngine, SteadyFlowEngine
 from services.simulator.packet import PacketEngine
 from services.simulator.spec import Fidelity
 
 __all__ = ["ENGINES", "engine_for"]
 
-ENGINES: dict[Fidelity, Engine] = {Fidelity.FLOW: FlowEngine(), Fidelity.PACKET: PacketEngine()}
+ENGINES: dict[Fidelity, Engine] = {
+    Fidelity.FLOW: FlowEngine(),
+    Fidelity.FLOW_STEADY: SteadyFlowEngine(),
+    Fidelity.PACKET: PacketEngine(),
+}
 
 
 def engine_for(fidelity: Fidelity) -> Engine:

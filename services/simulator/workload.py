@@ -72,6 +72,7 @@ __all__ = [
     "build_workload",
     "connection_workload",
     "gather_rows",
+    "one_ring_job",
     "place_jobs",
     "split_bytes",
     "stream_block",
@@ -128,6 +129,9 @@ class RingStream:
     qps: int  # flows per transfer
     transfers: int  # of the whole job
     block_transfers: int = STREAM_BLOCK_TRANSFERS  # generated at a time, rounded up to whole steps
+    # (mtu, header bytes per packet): `sent_bytes` counts wire bytes (FLOW_STEADY's ideal, as FLOW
+    # counts its flows' wire bytes); None: payload.
+    wire: tuple[int, int] | None = None
 
     @property
     def block(self) -> int:
@@ -153,8 +157,9 @@ class RingStream:
         return -(-chunk // self.qps)
 
     def sent_bytes(self) -> np.ndarray:
-        """int64 [ranks]: the bytes each rank sends over the job."""
-        return ring_sent_bytes(self.ranks, self.job, self.steps)
+        """int64 [ranks]: the bytes each rank sends over the job (on the wire if `wire` is set)."""
+        wire = None if self.wire is None else (*self.wire, self.qps)
+        return ring_sent_bytes(self.ranks, self.job, self.steps, wire)
 
 
 @dataclasses.dataclass
@@ -338,8 +343,20 @@ def build_workload(
 
 def streams(spec: SimulationSpec, stream_above: int = STREAM_ABOVE_TRANSFERS) -> bool:
     """Whether `build_workload` generates `spec`'s ring as the run goes: `streamable`, more than
-    `stream_above` transfers, and fewer than 2^31 (the engine keeps transfer indices in int32)."""
+    `stream_above` transfers, and fewer than 2^31 (the engine keeps transfer indices in int32); at
+    FLOW_STEADY, one ring job of any size (flow/steady.py computes its steps, holding none)."""
+    if spec.fidelity == Fidelity.FLOW_STEADY:
+        return one_ring_job(spec)
     return streamable(spec) and stream_above < _ring_transfer_count(spec.jobs[0]) < 2**31
+
+
+def one_ring_job(spec: SimulationSpec) -> bool:
+    """Whether `spec` runs one job, an AllReduce, ReduceScatter or AllGather by RING."""
+    return (
+        len(spec.jobs) == 1
+        and spec.jobs[0].collective in RING_COLLECTIVES
+        and spec.jobs[0].algorithm == Algorithm.RING
+    )
 
 
 def streamable(spec: SimulationSpec) -> bool:
@@ -350,9 +367,7 @@ def streamable(spec: SimulationSpec) -> bool:
     timer is disarmed (packet/stream.py)."""
     return (
         spec.fidelity == Fidelity.PACKET
-        and len(spec.jobs) == 1
-        and spec.jobs[0].collective in RING_COLLECTIVES
-        and spec.jobs[0].algorithm == Algorithm.RING
+        and one_ring_job(spec)
         and spec.transport == Transport.ROCEV2
         and not any(getattr(spec, name) for name in _BY_INDEX)
     )

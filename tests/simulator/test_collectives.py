@@ -428,3 +428,8 @@ def test_any_block_of_a_ring_is_the_held_rings_transfers(n, size, chunks, iterat
             assert (listed[len(edges) :] == -1).all()  # missing ones come last
     sent = np.bincount(held.connection, weights=held.sizes, minlength=n)
     assert np.array_equal(ring_sent_bytes(n, job, steps), sent)
+    for mtu, header, qps in [(4096, 82, 1), (7, 3, 2), (100, 58, 3)]:  # counted on the wire
+        parts = split_bytes(held.sizes[:, None], qps, np.arange(qps)[None, :])
+        on_wire = (parts + -(-parts // mtu) * header).sum(axis=1)
+        expected = np.bincount(held.connection, weights=on_wire, minlength=n)
+        assert np.array_equal(ring_sent_bytes(n, job, steps, (mtu, header, qps)), expected)

@@ -97,6 +97,25 @@ async def test_a_simulation_runs_to_success_and_reports_results_and_link_series(
     assert sum(sum(s.bytes) for s in streamed) == sum(link.bytes for link in done.result.links)
 
 
+async def test_a_flow_steady_ring_runs_through_the_service_with_flows_link_totals(simulator):
+    """FLOW_STEADY through gRPC: the same link totals as FLOW (every byte is counted alike), its own
+    model notes, its completion no earlier than FLOW's."""
+    results = {}
+    for fidelity in (S.FIDELITY_FLOW_STEADY, S.FIDELITY_FLOW):
+        spec = ring_spec(fabric="fabrics/ft8", ranks=64, fidelity=fidelity, seed=3)
+        started = await simulator.StartSimulation(S.StartSimulationRequest(spec=spec))
+        seen = await watch_until_done(simulator, started.name)
+        assert seen[-1].state == common_pb2.JOB_STATE_SUCCEEDED, seen[-1].error
+        results[fidelity] = (await simulator.GetSimulation(S.GetSimulationRequest(name=started.name))).result
+    steady, flow = results[S.FIDELITY_FLOW_STEADY], results[S.FIDELITY_FLOW]
+    assert [(x.link, x.direction, x.bytes) for x in steady.links] == [
+        (x.link, x.direction, x.bytes) for x in flow.links
+    ]
+    assert steady.jobs[0].completion_ns >= flow.jobs[0].completion_ns > 0
+    assert len(steady.flows) == steady.jobs[0].flows == flow.jobs[0].flows == 2 * 63 * 64
+    assert any(note.startswith("FLOW_STEADY fidelity") for note in steady.model_notes)
+
+
 async def test_list_is_newest_first_and_paged_without_flows(simulator):
     for sim_id in ("first", "second", "third"):
         await simulator.StartSimulation(
@@ -137,6 +156,18 @@ def with_size(size):
     return spec
 
 
+def two_jobs(**extra):
+    spec = ring_spec(ranks=8, **extra)
+    spec.jobs.append(spec.jobs[0])
+    return spec
+
+
+def with_algorithm(algorithm, **extra):
+    spec = ring_spec(**extra)
+    spec.jobs[0].algorithm = algorithm
+    return spec
+
+
 @pytest.mark.parametrize(
     ("spec", "code", "mentions"),
     [
@@ -159,6 +190,16 @@ def with_size(size):
             ring_spec(mode=common_pb2.LOAD_BALANCING_MODE_FLOWLET),
             grpc.StatusCode.INVALID_ARGUMENT,
             "FLOWLET needs PACKET",
+        ),
+        (
+            two_jobs(fidelity=S.FIDELITY_FLOW_STEADY),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.jobs: FLOW_STEADY",
+        ),
+        (
+            with_algorithm(S.COLLECTIVE_ALGORITHM_DOUBLE_BINARY_TREE, fidelity=S.FIDELITY_FLOW_STEADY),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "spec.jobs[0].algorithm",
         ),
     ],
 )

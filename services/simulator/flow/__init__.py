@@ -1,6 +1,7 @@
-"""The FLOW-fidelity engine: fluid flows under max-min fair sharing (model.py), behind the `Engine`
-seam (engine.py), with its model notes (notes.py)."""
+"""The FLOW-fidelity engines: fluid flows under max-min fair sharing, event by event (model.py), or
+one ring job's steady state (steady.py, FLOW_STEADY), behind the `Engine` seam (engine.py), with
+their model notes (notes.py)."""
 
-from services.simulator.flow.engine import FlowEngine
+from services.simulator.flow.engine import FlowEngine, SteadyFlowEngine
 
-__all__ = ["FlowEngine"]
+__all__ = ["FlowEngine", "SteadyFlowEngine"]

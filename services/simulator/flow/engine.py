@@ -1,6 +1,7 @@
-"""The FLOW engine behind the `Engine` seam: route the workload by its mode, run the max-min fair
+"""The FLOW engines behind the `Engine` seam: route the workload by its mode, run the max-min fair
 loop (model.py) on the flows' wire bytes (payload plus one header per packet), turn its record of
-channel loads into series and totals, hand them to the shared assembler.
+channel loads into series and totals, hand them to the shared assembler. FLOW_STEADY
+(`SteadyFlowEngine`) runs one ring job's steady state (steady.py) instead of the loop.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import time
 
 import numpy as np
 
+from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.assemble import EngineRun, assemble_outcome
 from services.simulator.bounds import run_time_limit_ns
@@ -17,15 +19,21 @@ from services.simulator.cancel import RESULTS_STAGE, report_stage, setup_stage
 from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
-from services.simulator.flow.notes import flow_model_notes
+from services.simulator.flow.notes import flow_model_notes, steady_model_notes
+from services.simulator.flow.steady import route_entries, simulate_steady_ring, spread_rows
 from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.paths import route_workload
-from services.simulator.results import SimulationOutcome, channel_totals
-from services.simulator.series import MAX_SERIES_VALUES, first_interval_ns, refuse_sample_interval
-from services.simulator.spec import SimulationSpec, wire_overhead_bytes
-from services.simulator.workload import Workload, wire_bytes
+from services.simulator.results import FLOW_RESULTS_LIMIT, SimulationOutcome, channel_totals
+from services.simulator.series import (
+    MAX_SERIES_VALUES,
+    first_interval_ns,
+    refuse_sample_interval,
+    series_from_edges,
+)
+from services.simulator.spec import Algorithm, SimulationSpec, wire_overhead_bytes
+from services.simulator.workload import Workload, one_ring_job, stream_head, wire_bytes
 
-__all__ = ["FlowEngine"]
+__all__ = ["FlowEngine", "SteadyFlowEngine"]
 
 # Per channel and interval: the integrator's edge (float64) and, at the end, the cumulative bytes,
 # their rounding, bytes, capacity and utilisation (series.series_from_edges), 8 bytes each.
@@ -133,5 +141,110 @@ class FlowEngine:
             totals=channel_totals(snapshot, series, crossing, run.end_ns),
             ideals=ideals,
             notes=flow_model_notes(spec),
+        )
+        return assemble_outcome(spec, snapshot, workload, measured, started)
+
+
+class SteadyFlowEngine(FlowEngine):
+    """One ring job's steady state: rates fixed at the max-min fair share of all its connections
+    sending at once, the ring's steps computed from them (steady.py). The checks on the sample
+    interval and the series' memory are FLOW's; the workload is the ring's connections
+    (workload.RingStream), whatever its size."""
+
+    def check_placed(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, placed: PlacedRun
+    ) -> list[tuple[int, ...]]:
+        """Refuse anything but one ring job, then FLOW's checks."""
+        if not one_ring_job(spec):
+            if len(spec.jobs) != 1:
+                raise InvalidArgument(
+                    "spec.jobs",
+                    f"FLOW_STEADY models one ring job, got {len(spec.jobs)} jobs: use FLOW fidelity",
+                )
+            job = spec.jobs[0]
+            field = "collective" if job.algorithm == Algorithm.RING else "algorithm"
+            what = job.collective.value if field == "collective" and job.collective else job.algorithm.value
+            raise InvalidArgument(
+                f"spec.jobs[0].{field}",
+                f"FLOW_STEADY models ring AllReduce, ReduceScatter and AllGather (RING), not {what}: "
+                "use FLOW fidelity",
+            )
+        return super().check_placed(spec, snapshot, placed)
+
+    def simulate(
+        self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None
+    ) -> SimulationOutcome:
+        setup_stage(progress, "routing")
+        started = time.perf_counter()
+        snapshot = fabric.snapshot
+        stream = workload.stream
+        assert stream is not None and spec.load_balancing is not None
+        routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
+        header = wire_overhead_bytes(spec)
+        latency = routes.latency_ns[flow_route]
+        # The ideal counts the bytes each rank sends on the wire, as FLOW's does.
+        stream = dataclasses.replace(stream, wire=(spec.mtu_bytes, header))
+        ideals = job_ideals(dataclasses.replace(workload, stream=stream), latency, snapshot)
+        if spec.sample_interval_ns:
+            first = (spec.sample_interval_ns, True)
+        else:
+            first = (first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS), False)
+        row, channel, fraction = entries = route_entries(routes, flow_route)
+        ids, compact = np.unique(channel, return_inverse=True)
+        routed = time.perf_counter()
+        setup_stage(progress, "")  # simulating
+        run = simulate_steady_ring(
+            stream,
+            entries,
+            len(ids),
+            snapshot.channel_rate_bps(),
+            latency,
+            (spec.mtu_bytes, header),
+            first,
+            FLOW_RESULTS_LIMIT,
+            run_time_limit_ns(spec),
+            progress,
+        )
+        computed = time.perf_counter()
+        report_stage(progress, RESULTS_STAGE)
+        edges = np.zeros((len(ids), run.row_edge_bits.shape[1]))
+        spread_rows(row, compact, fraction, run.row_edge_bits, edges)
+        carried = edges[:, -1] > 0
+        exact_bytes = None
+        if not run.time_limited:  # every transfer finished: each channel carried its flows' wire bytes
+            exact_bytes = np.bincount(
+                channel, weights=fraction * run.sent_wire_bytes[row], minlength=snapshot.num_channels
+            )
+        series = series_from_edges(
+            ids[carried],
+            edges[carried],
+            snapshot.channel_rate_bps(),
+            run.end_ns,
+            run.interval_ns,
+            exact_bytes,
+        )
+        # Every transfer of a rank's connection follows its QP flows' rows: as many flows per row.
+        crossing = np.bincount(channel, minlength=snapshot.num_channels) * (stream.transfers // stream.ranks)
+        head, qp_row = stream_head(workload, len(run.head_finish_ns))
+        measured = EngineRun(
+            routes=routes,
+            flow_route=flow_route[qp_row],
+            flow_start_ns=run.head_start_ns,
+            flow_finish_ns=run.head_finish_ns,
+            end_ns=run.end_ns,
+            events=run.transfers,
+            time_limited=run.time_limited,
+            series=series,
+            totals=channel_totals(snapshot, series, crossing, run.end_ns),
+            ideals=ideals,
+            notes=steady_model_notes(spec, run.rates_bps, stream.flows, len(head.flow_job)),
+            flow_workload=head,
+            job_finish_ns=[run.last_finish_ns],
+            flow_count=stream.flows,
+            phase_seconds={
+                "routes": routed - started,
+                "steady_state": computed - routed,
+                "series": time.perf_counter() - computed,
+            },
         )
         return assemble_outcome(spec, snapshot, workload, measured, started)

@@ -21,7 +21,7 @@ def even_split_note(mode: LoadBalancingMode) -> str:
 
 class Adaptive(PerPacketPaths):
     mode = LoadBalancingMode.ADAPTIVE
-    fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
+    fidelities = frozenset({Fidelity.FLOW, Fidelity.FLOW_STEADY, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ()
 
     def validate(self, spec: SimulationSpec) -> None:

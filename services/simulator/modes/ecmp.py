@@ -18,7 +18,7 @@ __all__ = ["Ecmp"]
 
 class Ecmp:
     mode = LoadBalancingMode.ECMP
-    fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
+    fidelities = frozenset({Fidelity.FLOW, Fidelity.FLOW_STEADY, Fidelity.PACKET})
     # Its hash settings (ecmp_hash, seed, same_seed_everywhere, hash_destination_qp) are accepted, and
     # ignored, with every mode: a scenario sweeping modes sets them once for all of them.
     own_fields: tuple[str, ...] = ()

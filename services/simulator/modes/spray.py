@@ -16,7 +16,7 @@ __all__ = ["Spray"]
 
 class Spray(PerPacketPaths):
     mode = LoadBalancingMode.SPRAY
-    fidelities = frozenset({Fidelity.FLOW, Fidelity.PACKET})
+    fidelities = frozenset({Fidelity.FLOW, Fidelity.FLOW_STEADY, Fidelity.PACKET})
     own_fields: tuple[str, ...] = ("spray_random",)
 
     def validate(self, spec: SimulationSpec) -> None:

@@ -35,6 +35,12 @@ class _FidelityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Fidelity.Val
     """
     FIDELITY_PACKET: _Fidelity.ValueType  # 2
     """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
+    FIDELITY_FLOW_STEADY: _Fidelity.ValueType  # 3
+    """Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
+    every connection keeps the max-min fair rate it gets while all of them send, and the ring's
+    steps follow from it. Seconds at 8,192 ranks where FLOW takes minutes; it leaves out the rate
+    a waiting connection frees for the others (see the README's "FLOW or PACKET").
+    """
 
 class Fidelity(_Fidelity, metaclass=_FidelityEnumTypeWrapper):
     """How closely the engine models the fabric."""
@@ -46,6 +52,12 @@ recomputed whenever a flow starts or ends. Fast; no queues, no loss.
 """
 FIDELITY_PACKET: Fidelity.ValueType  # 2
 """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
+FIDELITY_FLOW_STEADY: Fidelity.ValueType  # 3
+"""Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
+every connection keeps the max-min fair rate it gets while all of them send, and the ring's
+steps follow from it. Seconds at 8,192 ranks where FLOW takes minutes; it leaves out the rate
+a waiting connection frees for the others (see the README's "FLOW or PACKET").
+"""
 Global___Fidelity: _TypeAlias = Fidelity  # noqa: Y015
 
 class _Collective:
