@@ -8,6 +8,7 @@ per change, about 350 million) do not fit in memory."""
 
 from __future__ import annotations
 
+import re
 import time
 
 from fabrictwin.v1 import topology_pb2
@@ -162,6 +163,18 @@ def _scale_spec(snapshot, fidelity: str, mode: str, ranks: int) -> dict:
     }
 
 
+def _steady_figures(outcome) -> dict:
+    """Its passes over the ring and, where the duties changed the rates, the completion at the max-min
+    rates alone (every flow meeting the others always), as its model notes state them."""
+    notes = " ".join(outcome.model_notes)
+    passes = re.search(r"step by step in (\d+) passes", notes)
+    all_meet = re.search(r"would have ended (\d+) ns after its start", notes)
+    return {
+        "passes": int(passes.group(1)) if passes else None,
+        "all_meet_ms": round(int(all_meet.group(1)) / 1e6, 4) if all_meet else None,
+    }
+
+
 def _ring8192_k32(mode: str) -> dict:
     """The 8,192-rank job of `engine.allreduce.k32` at FLOW_STEADY, each phase timed as there: the
     fabric's generation, routing and snapshot, its transfer as the simulator service receives it,
@@ -196,6 +209,7 @@ def _ring8192_k32(mode: str) -> dict:
         "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
         "busbw_gbps": round(float(job.busbw_gbps), 1),
         "links_with_series": len(outcome.series.channels),
+        **_steady_figures(outcome),
         "phases_s": {name: round(seconds, 3) for name, seconds in phases.items()},
     }
 
@@ -220,6 +234,8 @@ def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
         start = time.perf_counter()
         outcome = run_simulation(_scale_spec(snapshot, fidelity, mode, ranks), snapshot)
         figures[fidelity] = (time.perf_counter() - start, outcome.jobs[0])
+        if fidelity == "FLOW_STEADY":
+            steady_figures = _steady_figures(outcome)
     (steady_s, steady), (flow_s, flow) = figures["FLOW_STEADY"], figures["FLOW"]
     return {
         "ranks": ranks,
@@ -232,6 +248,7 @@ def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
             100 * (steady.completion_ns - flow.completion_ns) / flow.completion_ns, 3
         ),
         "ideal_ms": round(flow.ideal_completion_ns / 1e6, 4),
+        **steady_figures,
     }
 
 

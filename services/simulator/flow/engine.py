@@ -226,6 +226,7 @@ class SteadyFlowEngine(FlowEngine):
         # Every transfer of a rank's connection follows its QP flows' rows: as many flows per row.
         crossing = np.bincount(channel, minlength=snapshot.num_channels) * (stream.transfers // stream.ranks)
         head, qp_row = stream_head(workload, len(run.head_finish_ns))
+        completion = run.last_finish_ns - stream.job.start_ns if run.last_finish_ns >= 0 else 0
         measured = EngineRun(
             routes=routes,
             flow_route=flow_route[qp_row],
@@ -237,7 +238,7 @@ class SteadyFlowEngine(FlowEngine):
             series=series,
             totals=channel_totals(snapshot, series, crossing, run.end_ns),
             ideals=ideals,
-            notes=steady_model_notes(spec, run.rates_bps, stream.flows, len(head.flow_job)),
+            notes=steady_model_notes(spec, run, completion, stream.flows, len(head.flow_job)),
             flow_workload=head,
             job_finish_ns=[run.last_finish_ns],
             flow_count=stream.flows,

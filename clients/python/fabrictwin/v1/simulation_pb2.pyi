@@ -37,9 +37,10 @@ class _FidelityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Fidelity.Val
     """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
     FIDELITY_FLOW_STEADY: _Fidelity.ValueType  # 3
     """Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
-    every connection keeps the max-min fair rate it gets while all of them send, and the ring's
-    steps follow from it. Seconds at 8,192 ranks where FLOW takes minutes; it leaves out the rate
-    a waiting connection frees for the others (see the README's "FLOW or PACKET").
+    each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
+    connections sharing its links send only part of the time), and the ring's steps follow from
+    it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
+    few percent of FLOW's completion on the rings measured (README, "FLOW or PACKET").
     """
 
 class Fidelity(_Fidelity, metaclass=_FidelityEnumTypeWrapper):
@@ -54,9 +55,10 @@ FIDELITY_PACKET: Fidelity.ValueType  # 2
 """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
 FIDELITY_FLOW_STEADY: Fidelity.ValueType  # 3
 """Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
-every connection keeps the max-min fair rate it gets while all of them send, and the ring's
-steps follow from it. Seconds at 8,192 ranks where FLOW takes minutes; it leaves out the rate
-a waiting connection frees for the others (see the README's "FLOW or PACKET").
+each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
+connections sharing its links send only part of the time), and the ring's steps follow from
+it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
+few percent of FLOW's completion on the rings measured (README, "FLOW or PACKET").
 """
 Global___Fidelity: _TypeAlias = Fidelity  # noqa: Y015
 
