@@ -146,10 +146,9 @@ class FlowEngine:
 
 
 class SteadyFlowEngine(FlowEngine):
-    """One ring job's steady state: rates fixed at the max-min fair share of all its connections
-    sending at once, the ring's steps computed from them (steady.py). The checks on the sample
-    interval and the series' memory are FLOW's; the workload is the ring's connections
-    (workload.RingStream), whatever its size."""
+    """One ring job's steady state (steady.py): one rate per QP flow, the ring's steps computed from
+    them. The checks on the sample interval and the series' memory are FLOW's; the workload is the
+    ring's connections (workload.RingStream), whatever its size."""
 
     def check_placed(
         self, spec: SimulationSpec, snapshot: FabricSnapshot, placed: PlacedRun
@@ -189,7 +188,7 @@ class SteadyFlowEngine(FlowEngine):
             first = (spec.sample_interval_ns, True)
         else:
             first = (first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS), False)
-        row, channel, fraction = entries = route_entries(routes, flow_route)
+        qp_flow, channel, fraction = entries = route_entries(routes, flow_route)
         ids, compact = np.unique(channel, return_inverse=True)
         routed = time.perf_counter()
         setup_stage(progress, "")  # simulating
@@ -208,12 +207,12 @@ class SteadyFlowEngine(FlowEngine):
         computed = time.perf_counter()
         report_stage(progress, RESULTS_STAGE)
         edges = np.zeros((len(ids), run.row_edge_bits.shape[1]))
-        spread_rows(row, compact, fraction, run.row_edge_bits, edges)
+        spread_rows(qp_flow, compact, fraction, run.row_edge_bits, edges)
         carried = edges[:, -1] > 0
         exact_bytes = None
         if not run.time_limited:  # every transfer finished: each channel carried its flows' wire bytes
             exact_bytes = np.bincount(
-                channel, weights=fraction * run.sent_wire_bytes[row], minlength=snapshot.num_channels
+                channel, weights=fraction * run.sent_wire_bytes[qp_flow], minlength=snapshot.num_channels
             )
         series = series_from_edges(
             ids[carried],

@@ -29,8 +29,10 @@ from it:
 
 What it leaves out: in FLOW a flow's rate changes while it sends, as others start and end; here a
 flow meets the other connections' flows as if their phases were independent of its own. Against the
-FLOW loop on the same rings (README, "FLOW or PACKET"; test_flow_steady.py bounds each): -0.05% (k=16,
-1,024 ranks, ECMP) to -1.5% (a 16-rank latency-bound ring), exact under ADAPTIVE.
+FLOW loop on the same rings (README, "FLOW, FLOW_STEADY or PACKET"; test_flow_steady.py bounds some):
+-0.05% (k=16, 1,024 ranks, ECMP) to -4.7% (a 16-rank latency-bound ring), exact under ADAPTIVE;
+the max-min rates alone (every flow meeting the others always, its first pass) came out above
+FLOW on every ring measured, and the notes give that completion too.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class SteadyRun:
     """What the steady-state model computed for the ring's QP flows (rows of the connection
     workload: rank r's QP q is row r * qps + q)."""
 
-    rates_bps: np.ndarray  # float64 [rows], each QP flow's fixed rate
+    rates_bps: np.ndarray  # float64 [rows], each QP flow's rate whenever it sends (the last pass's)
     head_start_ns: np.ndarray  # int64 [kept flows], the job's first flows (whole transfers)
     head_finish_ns: np.ndarray  # int64 [kept flows], -1 unfinished
     sent_wire_bytes: np.ndarray  # int64 [rows], wire bytes each QP flow row sent in finished transfers

@@ -1158,7 +1158,9 @@ class SimulationResult(_message.Message):
     makespan_ns: _builtins.int
     """Completion of all jobs."""
     events: _builtins.int
-    """Packets simulated (PACKET fidelity) or flow-rate recomputations (FLOW)."""
+    """Packets simulated (PACKET fidelity), flow-rate recomputations (FLOW), or the ring's transfers
+    (FLOW_STEADY, which computes each once a pass).
+    """
     wall_seconds: _builtins.float
     """Wall time of the engine."""
     sample_interval_ns: _builtins.int
