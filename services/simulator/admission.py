@@ -311,9 +311,10 @@ def estimate_cost(
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
     streamed = streams(spec)
-    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:  # its connections, each QP's bits per interval
-        qps = max(1, spec.jobs[0].qps_per_connection)
-        memory += (_FLOW_BYTES_PER_TRANSFER + _STEADY_BYTES_PER_QP_FLOW * qps) * len(placed[0])
+    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:  # the connections, each QP's bits per interval
+        for job, hosts in zip(spec.jobs, placed, strict=True):
+            qps = max(1, job.qps_per_connection)
+            memory += (_FLOW_BYTES_PER_TRANSFER + _STEADY_BYTES_PER_QP_FLOW * qps) * len(hosts)
     elif streamed:  # held: its connections, and the transfers of a few blocks in slots
         job = spec.jobs[0]
         ranks, qps = len(placed[0]), max(1, job.qps_per_connection)

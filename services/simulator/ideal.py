@@ -204,10 +204,10 @@ def ideal_completion_ns(
     rank_of_host = np.full(len(up), -1, dtype=np.int64)
     rank_of_host[plan.hosts] = np.arange(n)
     rank = rank_of_host[source]
-    # A streamed ring's flows are its connections: the bytes each rank sends come from the ring.
+    # A ring not held has its connections for flows: the bytes each rank sends come from the ring.
     sent_by_rank: np.ndarray = np.bincount(rank, weights=sizes, minlength=n)
-    if workload.stream is not None:
-        sent_by_rank = workload.stream.sent_bytes()
+    if workload.rings is not None:
+        sent_by_rank = workload.rings[job_index].sent_bytes()
     hop = np.zeros(n)  # latency of the hop rank r -> r+1 (the slowest of its QPs)
     np.maximum.at(hop, rank, latency.astype(np.float64))
     # The largest sum of `steps` consecutive hop latencies around the ring.

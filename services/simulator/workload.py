@@ -72,8 +72,11 @@ __all__ = [
     "build_workload",
     "connection_workload",
     "gather_rows",
+    "head_transfers",
+    "is_ring",
     "one_ring_job",
     "place_jobs",
+    "ring_jobs",
     "split_bytes",
     "stream_block",
     "stream_head",
@@ -115,12 +118,14 @@ STREAM_BLOCKS_HELD = 8
 
 @dataclasses.dataclass
 class RingStream:
-    """The transfers of a workload's one ring job, generated block by block as a PACKET run goes
-    (`collectives.ring_block`) instead of held: a 64 MiB ring over 8,192 ranks is 134M transfers.
+    """The transfers of a ring job not held: generated block by block as a PACKET run goes
+    (`collectives.ring_block`), or computed step by step at FLOW_STEADY (flow/steady.py); a 64 MiB
+    ring over 8,192 ranks is 134M transfers.
 
-    The workload's own arrays are then the job's connections (`connection_workload`: transfer r is
-    rank r's connection, flow r * qps + i its QP i), which is all that routing needs; a transfer
-    of the job is (step, rank, chunk) in `ring_block`'s order, its flow i is QP i of its rank.
+    The workload's own arrays are then the jobs' connections (`connection_workload`: transfer r of
+    the job is rank r's connection, its flow first_flow + r * qps + i its QP i), which is all that
+    routing needs; a transfer of the job is (step, rank, chunk) in `ring_block`'s order, its flow i
+    is QP i of its rank.
     """
 
     job: JobSpec
@@ -129,6 +134,7 @@ class RingStream:
     qps: int  # flows per transfer
     transfers: int  # of the whole job
     block_transfers: int = STREAM_BLOCK_TRANSFERS  # generated at a time, rounded up to whole steps
+    first_flow: int = 0  # the flow of its rank 0's QP 0 in the workload (its connections follow)
     # (mtu, header bytes per packet): `sent_bytes` counts wire bytes (FLOW_STEADY's ideal, as FLOW
     # counts its flows' wire bytes); None: payload.
     wire: tuple[int, int] | None = None
@@ -192,8 +198,14 @@ class Workload:
     flow_rate_bps: np.ndarray | None = None
     # Node names, when a flow ends at a switch (endpoint num_hosts + node); else empty.
     endpoint_names: list[str] = dataclasses.field(default_factory=list)
-    # A ring generated as the run goes: these arrays are then its connections only (RingStream).
-    stream: RingStream | None = None
+    # Rings not held, one per job (every job is one): these arrays are then their connections only
+    # (RingStream). A PACKET run streams workloads of one ring job; FLOW_STEADY takes any number.
+    rings: list[RingStream] | None = None
+
+    @property
+    def stream(self) -> RingStream | None:
+        """The ring of a workload of one ring job generated as the run goes (None: held)."""
+        return self.rings[0] if self.rings else None
 
     @property
     def transfer_count(self) -> int:
@@ -342,21 +354,27 @@ def build_workload(
 
 
 def streams(spec: SimulationSpec, stream_above: int = STREAM_ABOVE_TRANSFERS) -> bool:
-    """Whether `build_workload` generates `spec`'s ring as the run goes: `streamable`, more than
-    `stream_above` transfers, and fewer than 2^31 (the engine keeps transfer indices in int32); at
-    FLOW_STEADY, one ring job of any size (flow/steady.py computes its steps, holding none)."""
+    """Whether `build_workload` leaves `spec`'s rings unheld: at PACKET, `streamable` with more than
+    `stream_above` transfers and fewer than 2^31 (the engine keeps transfer indices in int32); at
+    FLOW_STEADY, ring jobs only, of any size (flow/steady.py computes their steps, holding none)."""
     if spec.fidelity == Fidelity.FLOW_STEADY:
-        return one_ring_job(spec)
+        return ring_jobs(spec)
     return streamable(spec) and stream_above < _ring_transfer_count(spec.jobs[0]) < 2**31
 
 
+def is_ring(job: JobSpec) -> bool:
+    """An AllReduce, ReduceScatter or AllGather by RING."""
+    return job.collective in RING_COLLECTIVES and job.algorithm == Algorithm.RING
+
+
+def ring_jobs(spec: SimulationSpec) -> bool:
+    """Whether `spec` runs at least one job and every job is a ring (`is_ring`)."""
+    return bool(spec.jobs) and all(is_ring(job) for job in spec.jobs)
+
+
 def one_ring_job(spec: SimulationSpec) -> bool:
-    """Whether `spec` runs one job, an AllReduce, ReduceScatter or AllGather by RING."""
-    return (
-        len(spec.jobs) == 1
-        and spec.jobs[0].collective in RING_COLLECTIVES
-        and spec.jobs[0].algorithm == Algorithm.RING
-    )
+    """Whether `spec` runs one job, a ring (`is_ring`)."""
+    return len(spec.jobs) == 1 and ring_jobs(spec)
 
 
 def streamable(spec: SimulationSpec) -> bool:
@@ -383,33 +401,54 @@ def without_flows_by_index(spec: SimulationSpec) -> SimulationSpec:
     return dataclasses.replace(spec, **_BY_INDEX)
 
 
+def head_transfers(rings: list[RingStream], flows: int) -> list[int]:
+    """How many of each ring's first transfers its first `flows` flows take, ring after ring in job
+    order (whole transfers: a ring's last one may pass `flows`)."""
+    kept = []
+    for ring in rings:
+        take = min(max(0, flows), ring.flows)
+        kept.append(-(-take // ring.qps))
+        flows -= kept[-1] * ring.qps
+    return kept
+
+
 def stream_head(workload: Workload, flows: int) -> tuple[Workload, np.ndarray]:
-    """The first `flows` flows of a streamed workload (whole transfers), as a held workload with no
-    dependencies (for their per-flow results); and each one's QP row (its flow in `workload`)."""
-    stream = workload.stream
-    assert stream is not None
-    transfers = -(-min(flows, stream.flows) // stream.qps)
-    block = stream.transfers_in(0, transfers)
-    row = (block.rank[:, None] * stream.qps + np.arange(stream.qps)).ravel()
+    """The first `flows` flows of a workload of rings not held, job after job (`head_transfers`), as a
+    held workload with no dependencies (for their per-flow results); and each one's QP row (its flow
+    in `workload`)."""
+    assert workload.rings is not None
+    parts = []
+    for j, (ring, transfers) in enumerate(
+        zip(workload.rings, head_transfers(workload.rings, flows), strict=True)
+    ):
+        block = ring.transfers_in(0, transfers)
+        row = ring.first_flow + (block.rank[:, None] * ring.qps + np.arange(ring.qps)).ravel()
+        parts.append((j, ring, transfers, row, ring.flow_sizes(block.sizes).ravel()))
+    row = np.concatenate([part[3] for part in parts])
     count = len(row)
-    offsets = np.arange(transfers + 1, dtype=np.int64) * stream.qps
+    per_transfer = np.concatenate([np.full(part[2], part[1].qps, dtype=np.int64) for part in parts])
+    offsets = np.r_[0, np.cumsum(per_transfer)].astype(np.int64)
+    transfers = len(per_transfer)
     head = Workload(
         jobs=workload.jobs,
-        transfer_job=np.zeros(transfers, dtype=np.int32),
-        transfer_release_ns=np.full(transfers, stream.job.start_ns, dtype=np.int64),
+        transfer_job=np.concatenate([np.full(part[2], part[0], dtype=np.int32) for part in parts]),
+        transfer_release_ns=np.concatenate(
+            [np.full(part[2], part[1].job.start_ns, dtype=np.int64) for part in parts]
+        ),
         transfer_prerequisites=np.zeros(transfers, dtype=np.int32),
         dependent_offsets=np.zeros(transfers + 1, dtype=np.int64),
         dependents=np.zeros(0, dtype=np.int32),
         dependent_needs_arrival=np.zeros(0, dtype=bool),
         transfer_flow_offsets=offsets,
-        flow_job=np.zeros(count, dtype=np.int32),
+        flow_job=np.concatenate([np.full(len(part[3]), part[0], dtype=np.int32) for part in parts]),
         flow_source=workload.flow_source[row],
         flow_destination=workload.flow_destination[row],
-        flow_size_bytes=stream.flow_sizes(block.sizes).ravel(),
+        flow_size_bytes=np.concatenate([part[4] for part in parts]),
         flow_source_port=workload.flow_source_port[row],
         flow_destination_qp=workload.flow_destination_qp[row],
         flow_qp=workload.flow_qp[row],
     )
+    assert count == int(offsets[-1])
     return head, row
 
 
@@ -426,23 +465,29 @@ def _ring_transfer_count(job: JobSpec) -> int:
 
 
 def _stream(spec: SimulationSpec, snapshot: FabricSnapshot) -> Workload:
-    """A streamable spec's workload: its ring's connections, the real job's plan, and its RingStream."""
+    """The workload of a spec whose jobs are all rings, none held: their connections, the real
+    jobs' plans, and a RingStream each."""
     workload = _build(spec, snapshot, connections=True)
-    job = spec.jobs[0]
-    assert job.collective is not None
-    plan = workload.jobs[0]
-    n = len(plan.hosts)
-    steps = ring_steps(job.collective, n)
-    qps = max(1, job.qps_per_connection)
-    transfers = _ring_transfer_count(job)
-    workload.jobs[0] = dataclasses.replace(
-        plan,
-        iterations=max(1, job.iterations),
-        steps_per_iteration=steps,
-        flow_count=transfers * qps,
-        chunks=max(1, job.chunks),
-    )
-    workload.stream = RingStream(job=job, ranks=n, steps=steps, qps=qps, transfers=transfers)
+    rings = []
+    for j, job in enumerate(spec.jobs):
+        assert job.collective is not None
+        plan = workload.jobs[j]
+        n = len(plan.hosts)
+        steps = ring_steps(job.collective, n)
+        qps = max(1, job.qps_per_connection)
+        transfers = _ring_transfer_count(job)
+        workload.jobs[j] = dataclasses.replace(
+            plan,
+            iterations=max(1, job.iterations),
+            steps_per_iteration=steps,
+            flow_count=transfers * qps,
+            chunks=max(1, job.chunks),
+        )
+        first_flow = int(workload.transfer_flow_offsets[np.searchsorted(workload.transfer_job, j)])
+        rings.append(
+            RingStream(job=job, ranks=n, steps=steps, qps=qps, transfers=transfers, first_flow=first_flow)
+        )
+    workload.rings = rings
     return workload
 
 
@@ -464,7 +509,7 @@ def _build(spec: SimulationSpec, snapshot: FabricSnapshot, connections: bool) ->
     for index, (job, hosts) in enumerate(zip(spec.jobs, placed, strict=True)):
         if connections:
             job = dataclasses.replace(job, iterations=1, chunks=1)
-        if connections and job.collective in RING_COLLECTIVES and job.algorithm == Algorithm.RING:
+        if connections and is_ring(job):
             part, steps, size = ring_transfers(hosts, job, 1), 1, job.size_bytes
         elif job.collective == Collective.POINT_TO_POINT:
             part = _point_to_point_part(directory, index, job, paths.get(index))

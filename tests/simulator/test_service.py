@@ -156,9 +156,10 @@ def with_size(size):
     return spec
 
 
-def two_jobs(**extra):
+def ring_and_all_to_all(**extra):
     spec = ring_spec(ranks=8, **extra)
     spec.jobs.append(spec.jobs[0])
+    spec.jobs[1].collective = S.COLLECTIVE_ALL_TO_ALL
     return spec
 
 
@@ -192,9 +193,9 @@ def with_algorithm(algorithm, **extra):
             "FLOWLET needs PACKET",
         ),
         (
-            two_jobs(fidelity=S.FIDELITY_FLOW_STEADY),
+            ring_and_all_to_all(fidelity=S.FIDELITY_FLOW_STEADY),
             grpc.StatusCode.INVALID_ARGUMENT,
-            "spec.jobs: FLOW_STEADY",
+            "spec.jobs[1].collective: FLOW_STEADY models rings",
         ),
         (
             with_algorithm(S.COLLECTIVE_ALGORITHM_DOUBLE_BINARY_TREE, fidelity=S.FIDELITY_FLOW_STEADY),

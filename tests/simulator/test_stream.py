@@ -117,7 +117,7 @@ def test_a_streamed_ring_gives_the_held_rings_results(name):
     assert streamed.stream is not None and streamed.stream.transfers == held.transfer_count
     assert streamed.transfer_count == 16  # its connections only
     # Two steps per block: slots are freed and reused all along the ring.
-    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=16)
+    streamed.rings = [dataclasses.replace(streamed.stream, block_transfers=16)]
     assert streamed.stream.block == 2 * 16 * max(1, spec.jobs[0].chunks)
     expected = _summary(simulate(spec, fabric, None, held))
     got_outcome = simulate(spec, fabric, None, streamed)
@@ -131,7 +131,7 @@ def _watched_pool(monkeypatch, spec: SimulationSpec, block_transfers: int) -> tu
     count is appended to each time the loop is called."""
     streamed = build_workload(spec, FABRIC, stream_above=0)
     assert streamed.stream is not None
-    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=block_transfers)
+    streamed.rings = [dataclasses.replace(streamed.stream, block_transfers=block_transfers)]
     sizes: list[int] = []
     original = EngineArrays.state
 
@@ -206,7 +206,7 @@ def test_a_streamed_run_reports_progress_and_can_be_cancelled(monkeypatch):
         return True
 
     streamed = build_workload(spec, FABRIC, stream_above=0)
-    streamed.stream = dataclasses.replace(streamed.stream, block_transfers=32)
+    streamed.rings = [dataclasses.replace(streamed.stream, block_transfers=32)]
     assert simulate(spec, fabric, progress, streamed).jobs[0].completed
     # (The first reports, 0, come before the loop.) Before the budget was counted across returns,
     # a streamed run returned for its next block before each budget ran out: no report at all, so

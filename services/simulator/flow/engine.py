@@ -20,7 +20,7 @@ from services.simulator.engine import PlacedRun, Progress, RunFabric
 from services.simulator.flow.integrate import DEFAULT_INTERVALS, LoadIntegrator
 from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.notes import flow_model_notes, steady_model_notes
-from services.simulator.flow.steady import route_entries, simulate_steady_ring, spread_rows
+from services.simulator.flow.steady import route_entries, simulate_steady_rings, spread_rows
 from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.paths import route_workload
 from services.simulator.results import FLOW_RESULTS_LIMIT, SimulationOutcome, channel_totals
@@ -31,7 +31,7 @@ from services.simulator.series import (
     series_from_edges,
 )
 from services.simulator.spec import Algorithm, SimulationSpec, wire_overhead_bytes
-from services.simulator.workload import Workload, one_ring_job, stream_head, wire_bytes
+from services.simulator.workload import Workload, is_ring, stream_head, wire_bytes
 
 __all__ = ["FlowEngine", "SteadyFlowEngine"]
 
@@ -146,28 +146,25 @@ class FlowEngine:
 
 
 class SteadyFlowEngine(FlowEngine):
-    """One ring job's steady state (steady.py): one rate per QP flow, the ring's steps computed from
+    """Ring jobs' steady state (steady.py): one rate per QP flow, each ring's steps computed from
     them. The checks on the sample interval and the series' memory are FLOW's; the workload is the
-    ring's connections (workload.RingStream), whatever its size."""
+    rings' connections (a workload.RingStream each), whatever their size."""
 
     def check_placed(
         self, spec: SimulationSpec, snapshot: FabricSnapshot, placed: PlacedRun
     ) -> list[tuple[int, ...]]:
-        """Refuse anything but one ring job, then FLOW's checks."""
-        if not one_ring_job(spec):
-            if len(spec.jobs) != 1:
-                raise InvalidArgument(
-                    "spec.jobs",
-                    f"FLOW_STEADY models one ring job, got {len(spec.jobs)} jobs: use FLOW fidelity",
+        """Refuse any job but a ring, then FLOW's checks."""
+        for index, job in enumerate(spec.jobs):
+            if not is_ring(job):
+                field = "collective" if job.algorithm == Algorithm.RING else "algorithm"
+                what = (
+                    job.collective.value if field == "collective" and job.collective else job.algorithm.value
                 )
-            job = spec.jobs[0]
-            field = "collective" if job.algorithm == Algorithm.RING else "algorithm"
-            what = job.collective.value if field == "collective" and job.collective else job.algorithm.value
-            raise InvalidArgument(
-                f"spec.jobs[0].{field}",
-                f"FLOW_STEADY models ring AllReduce, ReduceScatter and AllGather (RING), not {what}: "
-                "use FLOW fidelity",
-            )
+                raise InvalidArgument(
+                    f"spec.jobs[{index}].{field}",
+                    f"FLOW_STEADY models rings (AllReduce, ReduceScatter and AllGather by RING), not {what}: "
+                    "use FLOW fidelity",
+                )
         return super().check_placed(spec, snapshot, placed)
 
     def simulate(
@@ -176,14 +173,13 @@ class SteadyFlowEngine(FlowEngine):
         setup_stage(progress, "routing")
         started = time.perf_counter()
         snapshot = fabric.snapshot
-        stream = workload.stream
-        assert stream is not None and spec.load_balancing is not None
+        assert workload.rings is not None and spec.load_balancing is not None
         routes, flow_route = route_workload(spec.load_balancing, snapshot, workload, spec.switch_latency_ns)
         header = wire_overhead_bytes(spec)
         latency = routes.latency_ns[flow_route]
         # The ideal counts the bytes each rank sends on the wire, as FLOW's does.
-        stream = dataclasses.replace(stream, wire=(spec.mtu_bytes, header))
-        ideals = job_ideals(dataclasses.replace(workload, stream=stream), latency, snapshot)
+        rings = [dataclasses.replace(ring, wire=(spec.mtu_bytes, header)) for ring in workload.rings]
+        ideals = job_ideals(dataclasses.replace(workload, rings=rings), latency, snapshot)
         if spec.sample_interval_ns:
             first = (spec.sample_interval_ns, True)
         else:
@@ -192,8 +188,8 @@ class SteadyFlowEngine(FlowEngine):
         ids, compact = np.unique(channel, return_inverse=True)
         routed = time.perf_counter()
         setup_stage(progress, "")  # simulating
-        run = simulate_steady_ring(
-            stream,
+        run = simulate_steady_rings(
+            rings,
             entries,
             len(ids),
             snapshot.channel_rate_bps(),
@@ -223,9 +219,15 @@ class SteadyFlowEngine(FlowEngine):
             exact_bytes,
         )
         # Every transfer of a rank's connection follows its QP flows' rows: as many flows per row.
-        crossing = np.bincount(channel, minlength=snapshot.num_channels) * (stream.transfers // stream.ranks)
+        flows_per_row = np.repeat(
+            [ring.transfers // ring.ranks for ring in rings], [ring.ranks * ring.qps for ring in rings]
+        )
+        crossing = np.bincount(channel, weights=flows_per_row[qp_flow], minlength=snapshot.num_channels)
         head, qp_row = stream_head(workload, len(run.head_finish_ns))
-        completion = run.last_finish_ns - stream.job.start_ns if run.last_finish_ns >= 0 else 0
+        completions = [
+            last - ring.job.start_ns if last >= 0 else 0
+            for last, ring in zip(run.last_finish_ns, rings, strict=True)
+        ]
         measured = EngineRun(
             routes=routes,
             flow_route=flow_route[qp_row],
@@ -235,12 +237,12 @@ class SteadyFlowEngine(FlowEngine):
             events=run.transfers,
             time_limited=run.time_limited,
             series=series,
-            totals=channel_totals(snapshot, series, crossing, run.end_ns),
+            totals=channel_totals(snapshot, series, crossing.astype(np.int64), run.end_ns),
             ideals=ideals,
-            notes=steady_model_notes(spec, run, completion, stream.flows, len(head.flow_job)),
+            notes=steady_model_notes(spec, run, completions, sum(r.flows for r in rings), len(head.flow_job)),
             flow_workload=head,
-            job_finish_ns=[run.last_finish_ns],
-            flow_count=stream.flows,
+            job_finish_ns=run.last_finish_ns,
+            flow_count=sum(ring.flows for ring in rings),
             phase_seconds={
                 "routes": routed - started,
                 "steady_state": computed - routed,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.simulator.flow.steady import SteadyRun
 from services.simulator.modes import mode_of
 from services.simulator.pinning import flow_option_notes
-from services.simulator.spec import Algorithm, SimulationSpec, Transport, wire_overhead_bytes
+from services.simulator.spec import Algorithm, SimulationSpec, Transport, job_labels, wire_overhead_bytes
 
 __all__ = ["flow_model_notes", "steady_model_notes"]
 
@@ -43,28 +43,41 @@ def flow_model_notes(spec: SimulationSpec) -> list[str]:
 
 
 def steady_model_notes(
-    spec: SimulationSpec, run: SteadyRun, completion_ns: int, flows: int, kept: int
+    spec: SimulationSpec, run: SteadyRun, completions: list[int], flows: int, kept: int
 ) -> list[str]:
     """FLOW_STEADY's notes: FLOW's, its first line replaced by what the steady state keeps and leaves."""
     notes = flow_model_notes(spec)
     notes[0] = (
-        "FLOW_STEADY fidelity: each QP flow of the ring sends at one rate whenever it sends "
+        "FLOW_STEADY fidelity: each QP flow of a ring sends at one rate whenever it sends "
         f"({run.rates_bps.min() / 1e9:.1f} to {run.rates_bps.max() / 1e9:.1f} Gb/s here): its max-min "
-        "fair rate with all sending, raised where the connections it shares links with send only part of the "
-        "time (it meets each as often as that one sends, as if their phases were independent); the "
-        "ring's steps follow from those rates. FLOW recomputes rates as flows start and end. No "
+        "fair rate with all sending, raised where the connections it shares links with send only part "
+        "of the time (it meets each as often as that one sends, as if their phases were independent); "
+        "the rings' steps follow from those rates. FLOW recomputes rates as flows start and end. No "
         "queues, drops, PFC or retransmissions."
     )
     settled = "settled" if run.converged else "had not settled (the last one kept)"
     notes.append(
-        f"The ring's {flows} flows were computed step by step in {run.passes} passes (the rates {settled}), "
-        f"none held; per-flow results list its first {kept}."
+        f"The rings' {flows} flows were computed step by step in {run.passes} passes (the rates {settled}), "
+        f"none held; per-flow results list the first {kept}."
     )
-    if completion_ns > 0 and run.all_meet_ns != completion_ns:
+    labels = job_labels(spec.jobs)
+    for label, all_meet, completion in zip(labels, run.all_meet_ns, completions, strict=True):
+        if completion > 0 and all_meet != completion:
+            notes.append(
+                "Had every flow met the flows it shares links with all the time (its max-min rate, the "
+                f"first passes), {label} would have ended {all_meet} ns after its start "
+                f"({100 * (all_meet / completion - 1):+.1f}%)"
+                + (
+                    "; on every single ring measured against FLOW, FLOW's completion lay between the two."
+                    if len(labels) == 1
+                    else "."
+                )
+            )
+    if len(labels) > 1:
         notes.append(
-            "Had every flow met the flows it shares links with all the time (its max-min rate, the first "
-            f"pass), the job would have ended {run.all_meet_ns} ns after its start "
-            f"({100 * (run.all_meet_ns / completion_ns - 1):+.1f}%); on every ring measured against FLOW, "
-            "FLOW's completion lay between the two."
+            "With several jobs a run has phases, from one job's start or end to the next: a transfer "
+            "takes the rates of the phase it starts in (the jobs running then), and a connection's "
+            "duty is counted per phase. Against FLOW: -2.5% to +2.9% per job on the pairs of rings "
+            "measured."
         )
     return notes

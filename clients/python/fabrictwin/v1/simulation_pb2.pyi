@@ -36,7 +36,7 @@ class _FidelityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Fidelity.Val
     FIDELITY_PACKET: _Fidelity.ValueType  # 2
     """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
     FIDELITY_FLOW_STEADY: _Fidelity.ValueType  # 3
-    """Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
+    """Flow level in steady state, for ring jobs (AllReduce, ReduceScatter or AllGather by RING):
     each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
     connections sharing its links send only part of the time), and the ring's steps follow from
     it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
@@ -54,7 +54,7 @@ recomputed whenever a flow starts or ends. Fast; no queues, no loss.
 FIDELITY_PACKET: Fidelity.ValueType  # 2
 """Packet level: queues, serialization, drops, transports. (Packet-engine issue.)"""
 FIDELITY_FLOW_STEADY: Fidelity.ValueType  # 3
-"""Flow level in steady state, for one ring job (AllReduce, ReduceScatter or AllGather by RING):
+"""Flow level in steady state, for ring jobs (AllReduce, ReduceScatter or AllGather by RING):
 each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
 connections sharing its links send only part of the time), and the ring's steps follow from
 it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
