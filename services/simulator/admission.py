@@ -25,7 +25,10 @@ A PACKET ring generated as it runs (`workload.streams`) holds only its connectio
 of transfers: it is costed as `STREAM_BLOCKS_HELD` blocks of them (1.39 GB in all for 8,192 ranks on
 k=32; measured: 0.44 GB in a bare interpreter, 1.23 GB for the service's worker under ECMP, at most
 1.37 GB in the benchmark's process under SPRAY), and its transfer and flow counts are not limited
-(its packets and events are).
+(its packets and events are). FLOW_STEADY's rings (any number) are not held either: each costs its
+connections, its QP flows' bits per interval, and its per-chunk state and durations per phase (a
+ring of many chunks is large); its events are its transfers times STEADY_PASSES, a typical number of
+passes over them (~10 ns a transfer a pass), limited as a PACKET run's are.
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
 from services.simulator.flow.integrate import DEFAULT_INTERVALS
+from services.simulator.series import MAX_SERIES_VALUES
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
 from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams, without_flows_by_index
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "STEADY_PASSES",
     "WORKER_BASE_BYTES",
     "CostEstimate",
     "JobCost",
@@ -63,9 +68,10 @@ WORKER_BASE_BYTES = 320 << 20  # a worker before its run: 165-256 MB measured in
 _FLOW_BYTES_PER_TRANSFER = 400
 _FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 180
-# FLOW_STEADY, per QP flow of the ring's connections: its route's shares and, per interval edge, the
-# bits it sent (twice: binned, then cumulative).
-_STEADY_BYTES_PER_QP_FLOW = _FLOW_BYTES_PER_QP_FLOW + 16 * (DEFAULT_INTERVALS + 1)
+# FLOW_STEADY: passes over a run's transfers, for its events (7 at 8,192 ranks under ECMP, 2 to 19
+# measured), and the intervals its per-flow bits take unless the caller sets a finer one.
+STEADY_PASSES = 10
+_SERIES_INTERVALS = DEFAULT_INTERVALS + 1
 _PACKET_BYTES_PER_QP_FLOW = 420
 _SPEC_BYTES_PER_LISTED_FLOW = 640
 
@@ -114,12 +120,13 @@ class CostEstimate:
     flows: int
     edges: int
     packets: int  # PACKET fidelity; 0 at FLOW
-    events: int  # PACKET fidelity; 0 at FLOW
+    events: int  # PACKET fidelity; FLOW_STEADY: transfers x STEADY_PASSES; 0 at FLOW
     memory_bytes: int
     jobs: tuple[JobCost, ...] = ()
     shortest_ns: int = 0  # no run ends sooner (makespan_lower_bound_ns)
-    # PACKET, one ring generated as it runs (workload.RingStream): its transfers and flows are never
-    # all held, so their counts are not limited (its packets and events still are).
+    # Rings not held (a PACKET ring generated as it runs, FLOW_STEADY's rings: workload.RingStream):
+    # their transfers and flows are never all held, so their counts are not limited (their packets
+    # and events still are).
     streamed: bool = False
     # What would make this spec smaller that the generic advice does not say (`_hint`).
     hint: str = ""
@@ -311,10 +318,24 @@ def estimate_cost(
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
     streamed = streams(spec)
-    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:  # the connections, each QP's bits per interval
+    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:
+        events = transfers * STEADY_PASSES
+        phases = 2 * len(spec.jobs) + 1
+        rows = sum(
+            max(1, job.qps_per_connection) * len(hosts) for job, hosts in zip(spec.jobs, placed, strict=True)
+        )
+        # Each QP flow's bits per interval, binned then cumulative: at most MAX_SERIES_VALUES cells
+        # (steady.py widens the interval to keep them so).
+        bins = _SERIES_INTERVALS
+        if spec.sample_interval_ns:
+            bins = max(bins, -(-shortest // spec.sample_interval_ns) + 1)
+        memory += 16 * min(MAX_SERIES_VALUES, rows * bins)
         for job, hosts in zip(spec.jobs, placed, strict=True):
-            qps = max(1, job.qps_per_connection)
-            memory += (_FLOW_BYTES_PER_TRANSFER + _STEADY_BYTES_PER_QP_FLOW * qps) * len(hosts)
+            qps, chunks = max(1, job.qps_per_connection), max(1, job.chunks)
+            memory += (_FLOW_BYTES_PER_TRANSFER + _FLOW_BYTES_PER_QP_FLOW * qps) * len(hosts)
+            # Per (rank, chunk): two steps' arrivals; per (phase, segment size, chunk, rank, QP): a
+            # duration and its two temporaries.
+            memory += 8 * len(hosts) * chunks * (2 + 3 * phases * 2 * qps)
     elif streamed:  # held: its connections, and the transfers of a few blocks in slots
         job = spec.jobs[0]
         ranks, qps = len(placed[0]), max(1, job.qps_per_connection)

@@ -37,7 +37,7 @@ __all__ = [
 class Fidelity(enum.StrEnum):
     FLOW = "FLOW"
     PACKET = "PACKET"
-    FLOW_STEADY = "FLOW_STEADY"  # one ring job's steady state (flow/steady.py)
+    FLOW_STEADY = "FLOW_STEADY"  # ring jobs' steady state (flow/steady.py)
 
 
 class Collective(enum.StrEnum):

@@ -1,5 +1,5 @@
 """The FLOW-fidelity engines: fluid flows under max-min fair sharing, event by event (model.py), or
-one ring job's steady state (steady.py, FLOW_STEADY), behind the `Engine` seam (engine.py), with
+ring jobs' steady state (steady.py, FLOW_STEADY), behind the `Engine` seam (engine.py), with
 their model notes (notes.py)."""
 
 from services.simulator.flow.engine import FlowEngine, SteadyFlowEngine

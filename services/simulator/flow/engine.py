@@ -1,7 +1,7 @@
 """The FLOW engines behind the `Engine` seam: route the workload by its mode, run the max-min fair
 loop (model.py) on the flows' wire bytes (payload plus one header per packet), turn its record of
 channel loads into series and totals, hand them to the shared assembler. FLOW_STEADY
-(`SteadyFlowEngine`) runs one ring job's steady state (steady.py) instead of the loop.
+(`SteadyFlowEngine`) runs ring jobs' steady state (steady.py) instead of the loop.
 """
 
 from __future__ import annotations
@@ -39,6 +39,14 @@ __all__ = ["FlowEngine", "SteadyFlowEngine"]
 # their rounding, bytes, capacity and utilisation (series.series_from_edges), 8 bytes each.
 _SERIES_CELL_BYTES = 48
 _SERIES_INTERVALS = DEFAULT_INTERVALS + 1  # edges of a run whose interval the engine chooses
+
+
+def _first_interval(spec: SimulationSpec, ideals: list[int]) -> tuple[int, bool]:
+    """(interval, fixed): the caller's `sample_interval_ns`, or one from the run's expected length
+    that doubles if the run outlasts DEFAULT_INTERVALS (integrate.LoadIntegrator)."""
+    if spec.sample_interval_ns:
+        return spec.sample_interval_ns, True
+    return first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS), False
 
 
 class FlowEngine:
@@ -96,11 +104,7 @@ class FlowEngine:
             workload, flow_size_bytes=wire_bytes(workload.flow_size_bytes, spec.mtu_bytes, header)
         )
         ideals = job_ideals(on_the_wire, routes.latency_ns[flow_route], snapshot)
-        if spec.sample_interval_ns:
-            loads = LoadIntegrator(spec.sample_interval_ns, fixed=True)
-        else:  # from the run's expected length; it doubles if the run outlasts DEFAULT_INTERVALS
-            first = first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS)
-            loads = LoadIntegrator(first, fixed=False)
+        loads = LoadIntegrator(*_first_interval(spec, ideals))
         setup_stage(progress, "")  # simulating
         run = simulate_flows(
             on_the_wire,
@@ -180,10 +184,7 @@ class SteadyFlowEngine(FlowEngine):
         # The ideal counts the bytes each rank sends on the wire, as FLOW's does.
         rings = [dataclasses.replace(ring, wire=(spec.mtu_bytes, header)) for ring in workload.rings]
         ideals = job_ideals(dataclasses.replace(workload, rings=rings), latency, snapshot)
-        if spec.sample_interval_ns:
-            first = (spec.sample_interval_ns, True)
-        else:
-            first = (first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS), False)
+        first = _first_interval(spec, ideals)
         qp_flow, channel, fraction = entries = route_entries(routes, flow_route)
         ids, compact = np.unique(channel, return_inverse=True)
         routed = time.perf_counter()
@@ -239,7 +240,13 @@ class SteadyFlowEngine(FlowEngine):
             series=series,
             totals=channel_totals(snapshot, series, crossing.astype(np.int64), run.end_ns),
             ideals=ideals,
-            notes=steady_model_notes(spec, run, completions, sum(r.flows for r in rings), len(head.flow_job)),
+            notes=steady_model_notes(
+                spec,
+                run,
+                completions,
+                sum(r.flows for r in rings),
+                min(len(head.flow_job), FLOW_RESULTS_LIMIT),
+            ),
             flow_workload=head,
             job_finish_ns=run.last_finish_ns,
             flow_count=sum(ring.flows for ring in rings),

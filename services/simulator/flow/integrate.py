@@ -24,7 +24,7 @@ from numba import njit
 
 from services.simulator.series import MAX_SERIES_VALUES, ChannelSeries, series_from_edges
 
-__all__ = ["DEFAULT_INTERVALS", "LoadIntegrator"]
+__all__ = ["DEFAULT_INTERVALS", "LoadIntegrator", "settled_interval_ns"]
 
 DEFAULT_INTERVALS = 128  # intervals of a run whose interval the engine chooses, at most
 
@@ -159,3 +159,18 @@ class LoadIntegrator:
             self.interval_ns,
             exact_bytes,
         )
+
+
+def settled_interval_ns(end_ns: int, first_ns: int, fixed: bool, rows: int) -> int:
+    """The interval a `LoadIntegrator` of `rows` channels opened at `first_ns` (`fixed`: the caller's)
+    ends with for a run ending at `end_ns`, for an engine that knows the end before it bins: a
+    caller's kept unless the rows' edges would pass MAX_SERIES_VALUES, else doubled while the run
+    outlasts DEFAULT_INTERVALS intervals (FLOW_STEADY; its tests compare the two)."""
+    interval = max(1, first_ns)
+    if fixed:
+        while rows * (-(-end_ns // interval) + 1) > MAX_SERIES_VALUES:
+            interval *= 2
+        return interval
+    while -(-end_ns // interval) > DEFAULT_INTERVALS:
+        interval *= 2
+    return interval

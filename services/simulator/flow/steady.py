@@ -12,20 +12,25 @@ from it (the jobs' rings one after the other, each in its own time):
    (FLOW's rounding) and arrives one path latency later. The transfers are computed step by step
    from their indices (the formula of collectives.ring_block), never held: memory is O(ranks x
    chunks), ~1.2 s a pass over 134M transfers.
-2. Rates, first: the max-min fair rates of all QP flows sending at once (`max_min_rates`, FLOW's
-   water-filling over the same routes' channel fractions: an ECMP path, or ADAPTIVE's and SPRAY's
-   even split). Where every flow already has its whole path to itself (no flow could go faster
-   alone), that is FLOW's rate at every instant and the model is FLOW's to the ns.
-3. Rates, then (`mean_field_rates`): a connection sends only part of the time (its duty: the time
-   its transfers take over its job's length, from the pass before), and where latency rather than a
-   shared link sets the pace, two connections that share a link rarely send at once. Each QP flow's
-   rate becomes, on each channel of its path, the capacity over its own fraction plus the fractions
-   of the other connections' flows weighted by their duties and, for another job's, by the share
-   of its own job's run that job runs in (the number of them it expects to meet there, its own
+2. Phases: with several jobs the run has phases, from one job's start or end to the next
+   (`run_phases`); a flow meets the flows of the jobs running in the phase (and its own job's), and
+   a transfer takes the rates of the phase it starts in. The ends are found by the passes
+   themselves (the first takes every job as running forever). One job has one phase.
+3. Rates, first: per phase, the max-min fair rates of all those QP flows sending at once
+   (`max_min_rates`, FLOW's water-filling over the same routes' channel fractions: an ECMP path,
+   or ADAPTIVE's and SPRAY's even split), passes until the jobs' ends settle. Where every flow
+   already has its whole path to itself (no flow could go faster alone), that is FLOW's rate at
+   every instant and the model is FLOW's to the ns.
+4. Rates, then (`mean_field_rates`): a connection sends only part of the time (its duty in a
+   phase: the time its transfers that started in the phase took over the part of the phase its
+   job ran, from the pass before), and where latency rather than a shared link sets the pace, two
+   connections that share a link rarely send at once. Each QP flow's rate becomes, on each channel
+   of its path, the capacity over its own fraction plus the fractions of the other connections'
+   flows it meets weighted by their duties (the number of them it expects to meet there, its own
    connection's QPs always), the lowest over its path, and never below its max-min rate. Passes
-   repeat until every job's completion moves less than CONVERGED of it between two (2 to 15 passes
+   repeat until every job's completion moves less than CONVERGED of it between two (2 to 19 passes
    on the rings measured).
-4. Series: each QP flow's bits are binned per interval while it sends, then spread over its route's
+5. Series: each QP flow's bits are binned per interval while it sends, then spread over its route's
    channels by their fractions (`series_from_edges`, scaled to the exact bytes, which are FLOW's).
 
 What it leaves out: in FLOW a flow's rate changes while it sends, as others start and end; here a
@@ -49,10 +54,9 @@ from numba import njit
 from services.common.errors import FailedPrecondition
 from services.simulator.cancel import Cancelled
 from services.simulator.collectives import split_bytes
-from services.simulator.flow.integrate import DEFAULT_INTERVALS
+from services.simulator.flow.integrate import settled_interval_ns
 from services.simulator.flow.model import max_min_rates
 from services.simulator.routes import FlowRoutes
-from services.simulator.series import MAX_SERIES_VALUES
 from services.simulator.workload import RingStream, head_transfers
 
 __all__ = [
@@ -60,12 +64,10 @@ __all__ = [
     "MAX_PASSES",
     "SteadyRun",
     "mean_field_rates",
-    "meeting_shares",
     "route_entries",
     "run_phases",
     "simulate_steady_rings",
     "spread_rows",
-    "steady_interval_ns",
 ]
 
 _kernel: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]
@@ -83,10 +85,10 @@ _TOTALS = LAST_ARRIVAL, ALL_ARRIVAL, UNFINISHED, DONE = range(4)
 
 @dataclasses.dataclass
 class SteadyRun:
-    """What the steady-state model computed for the ring's QP flows (rows of the connection
-    workload: rank r's QP q is row r * qps + q)."""
+    """What the steady-state model computed for the rings' QP flows (rows of the connection
+    workload: ring j's rank r's QP q is row first_flow + r * qps + q)."""
 
-    rates_bps: np.ndarray  # float64 [rows], each QP flow's rate whenever it sends (the last pass's)
+    rates_bps: np.ndarray  # float64 [phases, rows], each QP flow's rate whenever it sends in a phase
     head_start_ns: np.ndarray  # int64 [kept flows], the job's first flows (whole transfers)
     head_finish_ns: np.ndarray  # int64 [kept flows], -1 unfinished
     sent_wire_bytes: np.ndarray  # int64 [rows], wire bytes each QP flow row sent in finished transfers
@@ -113,20 +115,6 @@ def route_entries(routes: FlowRoutes, rows: np.ndarray) -> Entries:
     return flow, routes.channels[entry], routes.fractions[entry]
 
 
-def steady_interval_ns(end_ns: int, first_ns: int, fixed: bool, channels: int) -> int:
-    """The sample interval of a run ending at `end_ns`, as the FLOW loop's integrator settles it: a
-    caller's (`fixed`) kept unless `channels` series would pass MAX_SERIES_VALUES; else the engine's
-    first, doubled while the run outlasts DEFAULT_INTERVALS intervals."""
-    interval = max(1, first_ns)
-    if fixed:
-        while channels * (-(-end_ns // interval) + 1) > MAX_SERIES_VALUES:
-            interval *= 2
-        return interval
-    while -(-end_ns // interval) > DEFAULT_INTERVALS:
-        interval *= 2
-    return interval
-
-
 def mean_field_rates(
     entries: Entries,
     connection: np.ndarray | None,
@@ -136,13 +124,13 @@ def mean_field_rates(
     channel_rate_bps: np.ndarray,
     floor_bps: np.ndarray,
 ) -> np.ndarray:
-    """float64 [flows]: each QP flow's rate while it sends (module doc, 3). Flow f puts fraction a_fl
+    """float64 [flows]: each QP flow's rate while it sends (module doc, 4). Flow f puts fraction a_fl
     of its rate on channel l; its connection (`connection[f]`; None: each flow is its own) sends a
-    fraction `duty[f]` of the time; `meet[a, b]` is the share of job a's run during which job b runs
-    (`job[f]`: f's job). On l flow f expects its own connection's fractions (its QPs send together)
-    plus every other flow's fraction times its duty and the share of f's job it runs in: its share
-    there is C_l over that sum. Its rate is its lowest share, never below `floor_bps` (its max-min
-    rate when all send).
+    fraction `duty[f]` of the time; a flow of job a meets job b's flows `meet[a, b]` of the time
+    (`job[f]`: f's job; in a phase 1 where b runs or b is a, else 0). On l flow f expects its own
+    connection's fractions (its QPs send together) plus every other flow's fraction times its duty
+    and that meeting: its share there is C_l over that sum. Its rate is its lowest share, never
+    below `floor_bps` (its max-min rate when all send).
 
     >>> one_link = np.array([0, 1]), np.array([0, 0]), np.ones(2)
     >>> mean_field_rates(one_link, None, np.array([0.5, 0.5]), np.zeros(2, int), np.ones((1, 1)),
@@ -170,18 +158,6 @@ def mean_field_rates(
     rates = np.array(floor_bps, dtype=np.float64)
     rates[flow[starts]] = np.maximum(rates[flow[starts]], np.minimum.reduceat(share, starts))
     return rates
-
-
-def meeting_shares(begin: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """float64 [jobs, jobs]: the share of job a's run [begin[a], end[a]] during which job b runs.
-
-    >>> meeting_shares(np.array([0, 50]), np.array([100, 300])).tolist()
-    [[1.0, 0.5], [0.2, 1.0]]
-    """
-    overlap = np.minimum(end[:, None], end[None, :]) - np.maximum(begin[:, None], begin[None, :])
-    shares = np.clip(overlap, 0, None) / np.maximum(1, end - begin)[:, None]
-    np.fill_diagonal(shares, 1.0)
-    return shares
 
 
 @_kernel
@@ -242,8 +218,8 @@ def _ring_steps(
                     arrive = max(arrive, end + latency[row])
                     if end <= limit_ns:
                         sent[row] += wire_bytes[kind, c, q]
-                    if t < kept:
-                        head_start[t * qps + q] = begin
+                    if t < kept:  # (one that starts after the time limit never started)
+                        head_start[t * qps + q] = begin if begin <= limit_ns else -1
                         head_finish[t * qps + q] = end + latency[row] if end <= limit_ns else -1
                     if interval > 0 and end > begin and begin < limit_ns:
                         stop = min(end, limit_ns)
@@ -301,14 +277,6 @@ def run_phases(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.nda
     runs = (starts[None, :] <= bounds[:, None]) & (bounds[:, None] < ends[None, :])
     present = runs[:, None, :] | np.eye(len(starts), dtype=bool)[None, :, :]
     return bounds.astype(np.int64), present
-
-
-def _ends_inside_another(starts: np.ndarray, ends: np.ndarray) -> bool:
-    """Whether a job ends strictly inside another job's run (a phase bound that changes the rates of
-    the other's later transfers)."""
-    inside = (ends[:, None] > starts[None, :]) & (ends[:, None] < ends[None, :])
-    np.fill_diagonal(inside, False)
-    return bool(inside.any())
 
 
 def _duties(
@@ -455,7 +423,9 @@ def simulate_steady_rings(
         )
         passes += 1
         found, ends = ends, totals[:, ALL_ARRIVAL].copy()
-        if not _ends_inside_another(starts, ends) or settled(found, ends) or passes >= MAX_PASSES:
+        # One job: its phase is its run, whenever it ends. Several: the first pass took every job
+        # as running forever; again until the ends (the phases' bounds) settle.
+        if len(rings) == 1 or settled(found, ends) or passes >= MAX_PASSES:
             break
     all_meet = ends - starts
     rate = floor
@@ -482,7 +452,8 @@ def simulate_steady_rings(
         converged = settled(found, ends)
     time_limited = bool(totals[:, UNFINISHED].any())
     end = time_limit_ns if time_limited else int(totals[:, LAST_ARRIVAL].max())
-    interval = steady_interval_ns(end, first_interval[0], first_interval[1], used_channels)
+    # The channels' series and the flows' bits alike within MAX_SERIES_VALUES.
+    interval = settled_interval_ns(end, first_interval[0], first_interval[1], max(used_channels, flows))
     bins = max(1, -(-end // interval))
     bits = np.zeros((flows, bins))
     _, _, sent = one_pass(bounds, rate, (0.9, 1.0), interval, bits)

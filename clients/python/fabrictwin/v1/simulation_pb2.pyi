@@ -40,7 +40,7 @@ class _FidelityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Fidelity.Val
     each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
     connections sharing its links send only part of the time), and the ring's steps follow from
     it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
-    few percent of FLOW's completion on the rings measured (README, "FLOW or PACKET").
+    few percent of FLOW's completion on the rings measured (README, "FLOW, FLOW_STEADY or PACKET").
     """
 
 class Fidelity(_Fidelity, metaclass=_FidelityEnumTypeWrapper):
@@ -58,7 +58,7 @@ FIDELITY_FLOW_STEADY: Fidelity.ValueType  # 3
 each QP flow sends at one rate whenever it sends (its max-min fair rate, raised where the
 connections sharing its links send only part of the time), and the ring's steps follow from
 it, computed, not held. Seconds at 8,192 ranks where FLOW takes minutes and ~75 GB; within a
-few percent of FLOW's completion on the rings measured (README, "FLOW or PACKET").
+few percent of FLOW's completion on the rings measured (README, "FLOW, FLOW_STEADY or PACKET").
 """
 Global___Fidelity: _TypeAlias = Fidelity  # noqa: Y015
 
