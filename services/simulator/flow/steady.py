@@ -37,7 +37,7 @@ What it leaves out: in FLOW a flow's rate changes while it sends, as others star
 flow meets the other connections' flows as if their phases were independent of its own. Against the
 FLOW loop on the same rings (README, "FLOW, FLOW_STEADY or PACKET"; test_flow_steady.py bounds some):
 -0.05% (k=16, 1,024 ranks, ECMP) to -4.7% (a 16-rank latency-bound ring), exact under ADAPTIVE;
-the max-min rates alone (every flow meeting the others always, its first pass) came out above
+the max-min rates alone (every flow meeting the others always, the first passes) came out above
 FLOW on every ring measured, and the notes give that completion too.
 """
 
