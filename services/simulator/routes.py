@@ -33,6 +33,7 @@ __all__ = [
     "pinned_path_rows",
     "split_flows_evenly",
     "unique_rows",
+    "widest_even_split",
 ]
 
 _NODE_KIND_SWITCH = 2
@@ -200,6 +201,18 @@ def split_flows_evenly(
     flows, channels = key // snapshot.num_channels, key % snapshot.num_channels
     offsets, channels, fractions = _csr(flows, channels, shares, count)
     return FlowRoutes(offsets, channels, fractions, latency, pinned=False)
+
+
+def widest_even_split(snapshot: FabricSnapshot, samples: int = 8) -> int:
+    """The most channels one host pair's even split (`split_flows_evenly`) spreads over, among pairs
+    from host 0 to `samples` hosts spread over the fabric (the far ones cross its top tier): an
+    estimate of route entries per pair, for admission."""
+    hosts = len(snapshot.host_nodes)
+    if hosts < 2:
+        return 0
+    destinations = np.unique(np.linspace(1, hosts - 1, min(samples, hosts - 1)).astype(np.int64))
+    routes = split_flows_evenly(snapshot, np.zeros(len(destinations), dtype=np.int64), destinations, 0)
+    return int(np.diff(routes.offsets).max())
 
 
 def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -22,8 +22,10 @@ from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.notes import flow_model_notes, steady_model_notes
 from services.simulator.flow.steady import route_entries, simulate_steady_rings, spread_rows
 from services.simulator.ideal import expected_end_ns, job_ideals
+from services.simulator.modes import mode_of
 from services.simulator.paths import route_workload
 from services.simulator.results import FLOW_RESULTS_LIMIT, SimulationOutcome, channel_totals
+from services.simulator.routes import widest_even_split
 from services.simulator.series import (
     MAX_SERIES_VALUES,
     first_interval_ns,
@@ -39,6 +41,7 @@ __all__ = ["FlowEngine", "SteadyFlowEngine"]
 # their rounding, bytes, capacity and utilisation (series.series_from_edges), 8 bytes each.
 _SERIES_CELL_BYTES = 48
 _SERIES_INTERVALS = DEFAULT_INTERVALS + 1  # edges of a run whose interval the engine chooses
+_ROUTE_BYTES_PER_ENTRY = 100  # FLOW_STEADY: a route entry while routed and while its passes run
 
 
 def _first_interval(spec: SimulationSpec, ideals: list[int]) -> tuple[int, bool]:
@@ -170,6 +173,21 @@ class SteadyFlowEngine(FlowEngine):
                     "use FLOW fidelity",
                 )
         return super().check_placed(spec, snapshot, placed)
+
+    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
+        """The rings' route entries, at their routing's peak (~100 B an entry: 4.3M entries, ADAPTIVE's
+        even split of 8,192 ranks on k=32, took ~420 MB) and the passes' copies after it: a route per
+        QP flow on a path under ECMP, a route per connection over every equal-cost path under an even
+        split (`widest_even_split`). (FLOW's estimate counts none, a known gap at k=32.)"""
+        assert spec.load_balancing is not None
+        ranks = [len(job.hosts) or job.rank_count for job in spec.jobs]
+        if mode_of(spec.load_balancing).pins_flows:
+            qps = [max(1, job.qps_per_connection) for job in spec.jobs]
+            rows = sum(n * q for n, q in zip(ranks, qps, strict=True))
+            per_row = 2 * max(1, int(snapshot.node_tier.max(initial=1)))  # an up-down path's channels
+        else:
+            rows, per_row = sum(ranks), widest_even_split(snapshot)
+        return _ROUTE_BYTES_PER_ENTRY * rows * per_row
 
     def simulate(
         self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None
