@@ -102,7 +102,8 @@ DEFAULT_LIMITS = SimulationLimits()
 @dataclasses.dataclass(frozen=True)
 class JobCost:
     """One job's size: transfers, QP flows, dependency edges (an upper bound), payload bytes it
-    moves, and the bytes of its largest QP flow."""
+    moves, the bytes of its largest QP flow, and its connections (source -> destination pairs it
+    sends over, an upper bound: routes are per connection, or per QP of one)."""
 
     transfers: int
     flows: int
@@ -110,6 +111,7 @@ class JobCost:
     payload_bytes: int
     largest_flow_bytes: int
     listed_flows: int = 0  # POINT_TO_POINT flows in the spec
+    connections: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +209,9 @@ def job_cost(job: JobSpec, ranks: int, sharp_edges: int = 0) -> JobCost:
 
     Closed forms of collectives.py: per iteration, a ring runs steps x n x chunks transfers, the
     double binary tree 2 trees x 2(n-1) x chunks, halving-doubling 2 log2(n) x n, AllToAll
-    n(n-1) x chunks, broadcast (n-1) x chunks, SHARP 2 x edges x chunks.
+    n(n-1) x chunks, broadcast (n-1) x chunks, SHARP 2 x edges x chunks. Connections: a ring's n,
+    the trees' 4(n-1) (each tree edge both ways), halving-doubling's n log2(n) partners, AllToAll's
+    n(n-1), broadcast's n-1, SHARP's 2 x edges, the listed point-to-point flows.
     """
     iterations, qps = max(1, job.iterations), max(1, job.qps_per_connection)
     if job.collective == Collective.POINT_TO_POINT:
@@ -215,27 +219,40 @@ def job_cost(job: JobSpec, ranks: int, sharp_edges: int = 0) -> JobCost:
         largest = max((f.size_bytes for f in job.flows), default=0)
         payload = sum(f.size_bytes for f in job.flows) * iterations
         transfers = count * iterations
-        return JobCost(transfers, transfers * qps, transfers, payload, _ceil(largest, qps), count)
+        return JobCost(transfers, transfers * qps, transfers, payload, _ceil(largest, qps), count, count)
     n, size, chunks = ranks, job.size_bytes, pipeline_chunks(job)
     if job.algorithm == Algorithm.SHARP:
         per_iteration, moved, largest = 2 * sharp_edges * chunks, 2 * sharp_edges * size, _ceil(size, chunks)
+        connections = 2 * sharp_edges
     elif job.collective == Collective.BROADCAST:
         per_iteration, moved, largest = (n - 1) * chunks, (n - 1) * size, _ceil(size, chunks)
+        connections = n - 1
     elif job.collective == Collective.ALL_TO_ALL:
         per_iteration, moved, largest = n * (n - 1) * chunks, (n - 1) * size, _ceil(_ceil(size, n), chunks)
+        connections = n * (n - 1)
     elif job.algorithm == Algorithm.DOUBLE_BINARY_TREE:
         per_iteration, moved = 4 * (n - 1) * chunks, 2 * (n - 1) * size
         largest = _ceil(_ceil(size, 2), chunks)
+        connections = 4 * (n - 1)
     elif job.algorithm == Algorithm.HALVING_DOUBLING:
         levels = max(1, n.bit_length() - 1)
         per_iteration, moved, largest = 2 * levels * n, 2 * (n - 1) * size, _ceil(size, n) * max(1, n // 2)
+        connections = levels * n
     else:  # ring AllReduce / ReduceScatter / AllGather: each step moves S over the n ranks
         steps = ring_steps(job.collective, n) if job.collective is not None else 0
         per_iteration, moved = steps * n * chunks, steps * size
         largest = _ceil(_ceil(size, n), chunks)
+        connections = n
     transfers = per_iteration * iterations
     # Edges: in order on a connection and the data awaited (2 per transfer), plus iterations' handshakes.
-    return JobCost(transfers, transfers * qps, 3 * transfers, moved * iterations, _ceil(largest, qps))
+    return JobCost(
+        transfers,
+        transfers * qps,
+        3 * transfers,
+        moved * iterations,
+        _ceil(largest, qps),
+        connections=connections,
+    )
 
 
 def _sharp_edges(snapshot: FabricSnapshot, hosts: np.ndarray, index: int) -> int:
@@ -346,7 +363,8 @@ def estimate_cost(
     else:
         memory += _FLOW_BYTES_PER_TRANSFER * transfers + _FLOW_BYTES_PER_QP_FLOW * max(0, flows - transfers)
     memory += engine_for(spec.fidelity).series_memory_bytes(spec, snapshot, shortest)
-    memory += engine_for(spec.fidelity).flow_memory_bytes(spec, snapshot, flows)
+    connections = [c.connections for c in costs]
+    memory += engine_for(spec.fidelity).flow_memory_bytes(spec, snapshot, flows, connections)
     hint = "" if streamed else _hint(spec)
     return CostEstimate(
         transfers, flows, edges, packets, events, memory, tuple(costs), shortest, streamed=streamed, hint=hint

@@ -67,8 +67,11 @@ class Engine(Protocol):
         """What this engine's series of a run lasting at least `shortest_ns` take in memory at first."""
         ...
 
-    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
-        """What this engine keeps per (flow, link) beyond the per-flow arrays admission counts."""
+    def flow_memory_bytes(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int, connections: Sequence[int]
+    ) -> int:
+        """What this engine keeps per (flow, link) beyond the per-flow arrays admission counts
+        (`connections`: each job's, admission.JobCost)."""
         ...
 
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:

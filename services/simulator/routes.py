@@ -206,13 +206,17 @@ def split_flows_evenly(
 def widest_even_split(snapshot: FabricSnapshot, samples: int = 8) -> int:
     """The most channels one host pair's even split (`split_flows_evenly`) spreads over, among pairs
     from host 0 to `samples` hosts spread over the fabric (the far ones cross its top tier): an
-    estimate of route entries per pair, for admission."""
+    estimate of route entries per pair, for admission. Pairs with no route are left out (the route
+    checks name them), down to twice the highest switch tier when none has one."""
+    widest = 2 * max(1, int(snapshot.node_tier.max(initial=1)))
     hosts = len(snapshot.host_nodes)
-    if hosts < 2:
-        return 0
-    destinations = np.unique(np.linspace(1, hosts - 1, min(samples, hosts - 1)).astype(np.int64))
-    routes = split_flows_evenly(snapshot, np.zeros(len(destinations), dtype=np.int64), destinations, 0)
-    return int(np.diff(routes.offsets).max())
+    for destination in np.unique(np.linspace(1, hosts - 1, min(samples, hosts - 1)).astype(np.int64)):
+        try:
+            routes = split_flows_evenly(snapshot, np.zeros(1, dtype=np.int64), np.array([destination]), 0)
+        except FailedPrecondition:
+            continue
+        widest = max(widest, int(routes.offsets[-1]))
+    return widest
 
 
 def unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

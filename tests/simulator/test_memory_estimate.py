@@ -64,6 +64,12 @@ SPECS = {
     "packet-gbn-pfc-dcqcn": {**ring("PACKET"), "window_bytes": 65536, "pfc": True, "dcqcn": True},
     "flow-ecmp": ring("FLOW"),
     "flow-adaptive-4qp": ring("FLOW", "ADAPTIVE", iterations=8, qps_per_connection=4),
+    # Routes' entries: an even split puts each of AllToAll's 16,256 connections on up to 42 channels
+    # (k=8). Uncounted, a 256-rank AllToAll on k=32 (546 a connection) was estimated at 667 MB
+    # and peaked at 4.0 GB.
+    "flow-adaptive-alltoall": ring(
+        "FLOW", "ADAPTIVE", collective="ALL_TO_ALL", iterations=1, size_bytes=1 << 20
+    ),
 }
 
 

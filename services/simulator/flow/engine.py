@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -41,7 +42,7 @@ __all__ = ["FlowEngine", "SteadyFlowEngine"]
 # their rounding, bytes, capacity and utilisation (series.series_from_edges), 8 bytes each.
 _SERIES_CELL_BYTES = 48
 _SERIES_INTERVALS = DEFAULT_INTERVALS + 1  # edges of a run whose interval the engine chooses
-_ROUTE_BYTES_PER_ENTRY = 100  # FLOW_STEADY: a route entry while routed and while its passes run
+_ROUTE_BYTES_PER_ENTRY = 100  # a route entry while routed (and FLOW_STEADY's passes' copies after)
 
 
 def _first_interval(spec: SimulationSpec, ideals: list[int]) -> tuple[int, bool]:
@@ -75,9 +76,22 @@ class FlowEngine:
                 refuse_sample_interval(interval, placed.shortest_ns, channels, most)
         return []
 
-    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
-        """Nothing per (flow, link): the fluid model keeps its routes' shares, counted per flow."""
-        return 0
+    def flow_memory_bytes(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int, connections: Sequence[int]
+    ) -> int:
+        """The routes' entries, at routing's peak (~100 B an entry: 4.3M entries, ADAPTIVE's even
+        split of an 8,192-rank ring on k=32, took ~420 MB): under a mode that pins flows a route per
+        QP of a connection, on one up-down path; else a route per connection, over every equal-cost
+        path (`routes.widest_even_split`: 546 channels on k=32). A 256-rank AllToAll under ADAPTIVE
+        on k=32, uncounted, was estimated at 667 MB and peaked at 4.0 GB."""
+        assert spec.load_balancing is not None
+        if mode_of(spec.load_balancing).pins_flows:
+            qps = [max(1, job.qps_per_connection) for job in spec.jobs]
+            rows = sum(c * q for c, q in zip(connections, qps, strict=True))
+            per_row = 2 * max(1, int(snapshot.node_tier.max(initial=1)))  # an up-down path's channels
+        else:
+            rows, per_row = sum(connections), widest_even_split(snapshot)
+        return _ROUTE_BYTES_PER_ENTRY * rows * per_row
 
     def series_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, shortest_ns: int) -> int:
         """The series of every channel over the intervals the engine chooses (DEFAULT_INTERVALS), or
@@ -173,21 +187,6 @@ class SteadyFlowEngine(FlowEngine):
                     "use FLOW fidelity",
                 )
         return super().check_placed(spec, snapshot, placed)
-
-    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
-        """The rings' route entries, at their routing's peak (~100 B an entry: 4.3M entries, ADAPTIVE's
-        even split of 8,192 ranks on k=32, took ~420 MB) and the passes' copies after it: a route per
-        QP flow on a path under ECMP, a route per connection over every equal-cost path under an even
-        split (`widest_even_split`). (FLOW's estimate counts none, a known gap at k=32.)"""
-        assert spec.load_balancing is not None
-        ranks = [len(job.hosts) or job.rank_count for job in spec.jobs]
-        if mode_of(spec.load_balancing).pins_flows:
-            qps = [max(1, job.qps_per_connection) for job in spec.jobs]
-            rows = sum(n * q for n, q in zip(ranks, qps, strict=True))
-            per_row = 2 * max(1, int(snapshot.node_tier.max(initial=1)))  # an up-down path's channels
-        else:
-            rows, per_row = sum(ranks), widest_even_split(snapshot)
-        return _ROUTE_BYTES_PER_ENTRY * rows * per_row
 
     def simulate(
         self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None

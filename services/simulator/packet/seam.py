@@ -8,6 +8,8 @@ needs, and whether its routes survive) are refused here, before StartSimulation 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from services.common.errors import InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.simulator.engine import PlacedRun, Progress, RunFabric
@@ -58,8 +60,11 @@ class PacketEngine:
             bins = 2 * -(-shortest_ns // spec.sample_interval_ns) + 2
         return min(MAX_SERIES_BYTES, snapshot.num_channels * bins * series_cell_bytes(_counted(spec)))
 
-    def flow_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int) -> int:
-        """The bitset of the flows that used each link, kept under per-packet modes (arrays.py)."""
+    def flow_memory_bytes(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int, connections: Sequence[int]
+    ) -> int:
+        """The bitset of the flows that used each link, kept under per-packet modes (arrays.py);
+        routes are counted per packet (admission)."""
         return flow_bits_bytes(spec.load_balancing, snapshot.num_channels, flows)
 
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
