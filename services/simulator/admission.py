@@ -17,7 +17,9 @@ engine's per-flow state) and 100-130 B per transfer (440-480 B a transfer of one
 to 2,048 ranks, with Go-Back-N, PFC and DCQCN or without); a POINT_TO_POINT flow listed in the spec
 about 600 B more (the spec's own objects, held by the service and the worker); plus the snapshot
 (twice: the service's and the worker's copy), the per-link series at their cap, and 320 MB for the
-worker itself (its interpreter, modules and compiled engines: 165-256 MB measured). The constants
+worker itself (its interpreter, modules and compiled engines: 165-256 MB measured); at FLOW and
+FLOW_STEADY the routes' entries too (the engine's `flow_memory_bytes`, from each job's
+connections: an even split's span every equal-cost path). The constants
 below round those up. (Until issue #15's memory work they were 2.3-3.3x the peaks: 1.4 KB a PACKET
 transfer of one flow, 1.2 KB a FLOW one; now 600 and 560 B.)
 
