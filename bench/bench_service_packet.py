@@ -26,7 +26,9 @@ stopped working on it: it ended (killed: `worker_killed`), or it used no more CP
 10 ms; its last busy sample, confirmed by `QUIET_S` of quiet). Then the next job, a small FLOW run
 on a k=4 fat-tree: its time until RUNNING and until SUCCEEDED (on the same worker, or on the one
 that replaced a killed worker), next to the same run's on an idle service. Every wait is bounded.
-FABRICTWIN_BENCH_SERVICE_PACKET_MODE picks the load-balancing mode (default ECMP).
+FABRICTWIN_BENCH_SERVICE_PACKET_MODE picks the load-balancing mode (default ECMP), and
+FABRICTWIN_BENCH_SERVICE_FIDELITY another fidelity for the same job (FLOW_STEADY: the 8,192-rank
+ring at flow level through the service).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from services.stack import running_stack
 FABRIC = "svc-packet"
 PROBE_FABRIC = "svc-packet-probe"
 MODE = os.environ.get("FABRICTWIN_BENCH_SERVICE_PACKET_MODE", "ECMP").upper()
+FIDELITY = os.environ.get("FABRICTWIN_BENCH_SERVICE_FIDELITY", "PACKET").upper()
 TIMEOUT_S = 900.0  # one run, the first compile of the packet engine (about a minute) included
 CANCEL_AT_FRACTION = 0.2
 SETUP_CANCEL_AFTER_S = 1.0
@@ -90,6 +93,7 @@ def packet_spec(
 ) -> simulation_pb2.SimulationSpec:
     """`bench_engine._allreduce_spec` as the SDK sends it (`size_bytes`: another size than its own)."""
     engine = _allreduce_spec(types.SimpleNamespace(fabric=f"fabrics/{fabric}"), MODE, ranks)
+    engine["fidelity"] = FIDELITY
     (job,) = engine.pop("jobs")
     lb = engine.pop("load_balancing")
     spec = simulation_spec(
@@ -156,6 +160,7 @@ def _full_run(client: Client, simulator_pid: int, telemetry_pid: int, spec, sour
     worker = max(children, key=cpu_ticks) if children else None
     job = result.jobs[0]
     figures = {
+        "fidelity": FIDELITY,
         "mode": MODE,
         "ranks": job.ranks,
         "size_bytes": spec.jobs[0].size_bytes,
