@@ -187,8 +187,8 @@ def _ring_steps(
     how long each takes at its rate (`rate[phase, row]`). `left[r]`: when connection r's last
     transfer left (at first the job's start); `arrived[s & 1, r, c]`: when chunk c of rank r's step
     s arrived at r + 1; `busy[phase, r]`: the time connection r's transfers that started in that
-    phase took, summed. With interval > 0
-    the QP flows' bits are binned into `bits[row, k]` (interval k)."""
+    phase took, summed. With interval > 0 the QP flows' bits are binned into `bits[row, k]`
+    (interval k)."""
     n, large, chunks, steps, qps, limit_ns, kept = ring
     bins = bits.shape[1]
     phases = bounds.shape[0]
@@ -368,7 +368,8 @@ def simulate_steady_rings(
         computed = 0
         for j, ring in enumerate(rings):
             n, qps, chunks, span = ring.ranks, ring.qps, max(1, ring.job.chunks), rows[j]
-            duration = _durations(on_wire[j], rate[:, span], n)
+            ring_rate = np.ascontiguousarray(rate[:, span])  # (one compiled layout for every job)
+            duration = _durations(on_wire[j], ring_rate, n)
             left = np.full(n, ring.job.start_ns, dtype=np.int64)
             arrived = np.zeros((2, n, chunks), dtype=np.int64)
             ring_busy = np.zeros((len(bounds), n), dtype=np.int64)
@@ -385,7 +386,7 @@ def simulate_steady_rings(
                     bounds,
                     on_wire[j],
                     duration,
-                    rate[:, span],
+                    ring_rate,
                     latency[span],
                     left,
                     arrived,
