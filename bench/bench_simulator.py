@@ -224,6 +224,43 @@ def ring8192_k32_adaptive() -> dict:
     return _ring8192_k32("ADAPTIVE")
 
 
+ECMP_SEEDS = 4
+
+
+@benchmark("simulator.flow.ring8192.k32.ecmp_seeds")
+def ring8192_k32_ecmp_seeds() -> dict:
+    """A what-if sweep at scale: the 8,192-rank ring at FLOW_STEADY under ECMP with `ECMP_SEEDS` hash
+    seeds (placement fixed), beside ADAPTIVE's even split, at 64 MiB (8 KiB a step) and 1 GiB
+    (128 KiB a step): how much the hash's luck costs as the ring turns from latency- to
+    bandwidth-bound."""
+    warm_up_flow_engines()
+    snapshot = route_and_snapshot(fat_tree(32))
+    figures: dict = {"seeds": ECMP_SEEDS}
+    walls = []
+    for label, size in (("64MiB", 64 << 20), ("1GiB", 1 << 30)):
+        completions = []
+        for seed in range(1, ECMP_SEEDS + 1):
+            spec = _scale_spec(snapshot, "FLOW_STEADY", "ECMP", 8192)
+            spec["load_balancing"]["seed"] = seed
+            spec["jobs"][0]["size_bytes"] = size
+            start = time.perf_counter()
+            completions.append(run_simulation(spec, snapshot).jobs[0].completion_ns / 1e6)
+            walls.append(time.perf_counter() - start)
+        spec = _scale_spec(snapshot, "FLOW_STEADY", "ADAPTIVE", 8192)
+        spec["jobs"][0]["size_bytes"] = size
+        adaptive = run_simulation(spec, snapshot).jobs[0]
+        figures[label] = {
+            "ecmp_completion_ms": [round(c, 3) for c in completions],
+            "adaptive_ms": round(adaptive.completion_ns / 1e6, 3),
+            "ideal_ms": round(adaptive.ideal_completion_ns / 1e6, 3),
+            "ecmp_over_adaptive_pct": [
+                round(100 * (c * 1e6 / adaptive.completion_ns - 1), 2) for c in completions
+            ],
+        }
+    figures["wall_s_per_ecmp_point"] = round(sum(walls) / len(walls), 2)
+    return figures
+
+
 def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
     """The scale job at FLOW_STEADY and at FLOW, one after the other in this process: how much
     faster the steady state is, and how far its completion is from the FLOW loop's."""
