@@ -261,7 +261,7 @@ def ring8192_k32_ecmp_seeds() -> dict:
     return figures
 
 
-def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
+def _steady_beside_flow(k: int, ranks: int, mode: str, size_bytes: int = 64 << 20) -> dict:
     """The scale job at FLOW_STEADY and at FLOW, one after the other in this process: how much
     faster the steady state is, and how far its completion is from the FLOW loop's."""
     warm_up_flow_engines()
@@ -269,13 +269,16 @@ def _steady_beside_flow(k: int, ranks: int, mode: str) -> dict:
     figures = {}
     for fidelity in ("FLOW_STEADY", "FLOW"):
         start = time.perf_counter()
-        outcome = run_simulation(_scale_spec(snapshot, fidelity, mode, ranks), snapshot)
+        spec = _scale_spec(snapshot, fidelity, mode, ranks)
+        spec["jobs"][0]["size_bytes"] = size_bytes
+        outcome = run_simulation(spec, snapshot)
         figures[fidelity] = (time.perf_counter() - start, outcome.jobs[0])
         if fidelity == "FLOW_STEADY":
             steady_figures = _steady_figures(outcome)
     (steady_s, steady), (flow_s, flow) = figures["FLOW_STEADY"], figures["FLOW"]
     return {
         "ranks": ranks,
+        "size_bytes": size_bytes,
         "steady_wall_s": round(steady_s, 2),
         "flow_wall_s": round(flow_s, 2),
         "speedup": round(flow_s / steady_s, 1),
@@ -307,3 +310,9 @@ def steady_vs_flow_k32_ecmp() -> dict:
 @benchmark("simulator.flow.steady_vs_flow.ring2048.k32.ecmp")
 def steady_vs_flow_2048_k32_ecmp() -> dict:
     return _steady_beside_flow(32, 2048, "ECMP")
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring2048.k32.ecmp_256mib")
+def steady_vs_flow_2048_k32_ecmp_256mib() -> dict:
+    """128 KiB a step: the ring bandwidth-bound, as the 1 GiB ring of `ring8192.k32.ecmp_seeds`."""
+    return _steady_beside_flow(32, 2048, "ECMP", 256 << 20)
