@@ -103,6 +103,18 @@ def check_using_it(stdout: str) -> None:
     assert adaptive["uplink_share_idle"] == 0
 
 
+def check_flow_steady(stdout: str) -> None:
+    """README "FLOW, FLOW_STEADY or PACKET": the same ring at FLOW_STEADY and FLOW, within 1%."""
+    decoder, documents = json.JSONDecoder(), []
+    for start in (m.start() for m in re.finditer(r"^\[", stdout, re.M)):  # each --json list (after the table)
+        documents.extend(decoder.raw_decode(stdout, start)[0])
+    fidelities = [d["spec"]["fidelity"] for d in documents]
+    assert fidelities == ["FIDELITY_FLOW_STEADY", "FIDELITY_FLOW"], fidelities
+    steady, flow = (int(d["result"]["jobs"][0]["completion_ns"]) for d in documents)
+    assert flow > 0 and steady == pytest.approx(flow, rel=0.01)
+    assert any(note.startswith("FLOW_STEADY fidelity") for note in documents[0]["result"]["model_notes"])
+
+
 def check_sdk_ecmp_vs_adaptive(stdout: str) -> None:
     """SDK README, scripting: ADAPTIVE faster than ECMP, and ECMP's uplinks uneven."""
     per_mode = {
@@ -135,6 +147,7 @@ def check_sdk_errors(stdout: str) -> None:
 
 CHECKS: dict[str, Callable[[str], None]] = {
     "using-it": check_using_it,
+    "flow-steady": check_flow_steady,
     "sdk-ecmp-vs-adaptive": check_sdk_ecmp_vs_adaptive,
     "sdk-packet-faults": check_sdk_packet_faults,
     "sdk-errors": check_sdk_errors,
