@@ -316,3 +316,74 @@ def steady_vs_flow_2048_k32_ecmp() -> dict:
 def steady_vs_flow_2048_k32_ecmp_256mib() -> dict:
     """128 KiB a step: the ring bandwidth-bound, as the 1 GiB ring of `ring8192.k32.ecmp_seeds`."""
     return _steady_beside_flow(32, 2048, "ECMP", 256 << 20)
+
+
+def _small_fabric(k: int, gbps: int):
+    return route_and_snapshot(fat_tree(k, link_speed_gbps=gbps, link_latency_ns=500))
+
+
+def _steady_flow_and_all_meeting(raw: dict, snapshot) -> tuple[list[int], list[int], list[int]]:
+    """Each job's completion at FLOW_STEADY, at FLOW, and at the all-meeting rates (its notes)."""
+    steady = run_simulation({**raw, "fidelity": "FLOW_STEADY"}, snapshot)
+    flow = run_simulation({**raw, "fidelity": "FLOW"}, snapshot)
+    notes = " ".join(steady.model_notes)
+    meeting = {
+        m["label"]: int(m["ns"])
+        for m in re.finditer(r"(?P<label>[\w-]+) would have ended (?P<ns>\d+) ns", notes)
+    }
+    steady_ns = [job.completion_ns for job in steady.jobs]
+    return (
+        steady_ns,
+        [job.completion_ns for job in flow.jobs],
+        [meeting.get(j.label, c) for j, c in zip(steady.jobs, steady_ns, strict=True)],
+    )
+
+
+def _pct(a: float, b: float) -> float:
+    return round(100 * (a / b - 1), 2)
+
+
+@benchmark("simulator.flow.steady_vs_flow.small_rings")
+def steady_vs_flow_small_rings() -> dict:
+    """24 single ECMP rings (16 and 128 ranks, 96 KiB to 16 MiB, k=4 at 100 Gb/s and k=8 at 400, three
+    seeds): FLOW_STEADY's distance from FLOW, and the all-meeting figure's."""
+    warm_up_flow_engines()
+    steady_pct, meeting_pct, between = [], [], 0
+    for k, gbps in ((4, 100), (8, 400)):
+        snapshot = _small_fabric(k, gbps)
+        for ranks, size in ((16, 96 << 10), (16, 1 << 20), (16, 16 << 20), (k**3 // 4, 4 << 20)):
+            for seed in (1, 5, 9):
+                raw = _scale_spec(snapshot, "FLOW", "ECMP", ranks)
+                raw["jobs"][0]["size_bytes"], raw["seed"] = size, seed
+                (steady,), (flow,), (meeting,) = _steady_flow_and_all_meeting(raw, snapshot)
+                steady_pct.append(_pct(steady, flow))
+                meeting_pct.append(_pct(meeting, flow))
+                between += min(steady, meeting) <= flow <= max(steady, meeting)
+    return {
+        "rings": len(steady_pct),
+        "steady_vs_flow_pct": [min(steady_pct), max(steady_pct)],
+        "all_meeting_vs_flow_pct": [min(meeting_pct), max(meeting_pct)],
+        "flow_between_the_two": between,
+    }
+
+
+@benchmark("simulator.flow.steady_vs_flow.ring_pairs")
+def steady_vs_flow_ring_pairs() -> dict:
+    """18 pairs of ECMP rings (64 + 64 ranks of 8 MiB on k=8 at 400 Gb/s, 8 + 8 of 1 MiB on k=4 at
+    100, three seeds, the second ring starting with the first, a little later, or later still):
+    FLOW_STEADY's distance from FLOW per job."""
+    warm_up_flow_engines()
+    per_job = []
+    for k, gbps, ranks, size, later in (
+        (8, 400, 64, 8 << 20, (300_000, 700_000)),
+        (4, 100, 8, 1 << 20, (20_000, 60_000)),
+    ):
+        snapshot = _small_fabric(k, gbps)
+        for seed in (1, 5, 9):
+            for start in (0, *later):
+                raw = _scale_spec(snapshot, "FLOW", "ECMP", ranks)
+                raw["jobs"][0]["size_bytes"], raw["seed"] = size, seed
+                raw["jobs"].append({**raw["jobs"][0], "start_ns": start})
+                steady, flow, _ = _steady_flow_and_all_meeting(raw, snapshot)
+                per_job += [_pct(s, f) for s, f in zip(steady, flow, strict=True)]
+    return {"pairs": len(per_job) // 2, "steady_vs_flow_pct": [min(per_job), max(per_job)]}

@@ -106,8 +106,8 @@ def test_with_collisions_it_is_close_to_the_flow_loop_on_a_bandwidth_bound_ring(
 def test_where_latency_sets_the_pace_flow_lies_between_all_meeting_and_meeting_by_duty(monkeypatch):
     """A small ECMP ring whose connections send a third of the time. With every collided flow
     meeting its partners always (the max-min rates alone: one pass) it comes out 4.4% above FLOW;
-    meeting each as often as that one sends, 4.7% below: FLOW lies between (as on every ring
-    measured, README), and the notes give the first as well."""
+    meeting each as often as that one sends, 4.7% below: FLOW lies between (as on 22 of 24 small
+    rings, README), and the notes give the first as well."""
     steady, flow = both("ECMP", ranks=16, size=1 << 20)
     _same_totals(steady, flow)
     monkeypatch.setattr(steady_model, "MAX_PASSES", 1)

@@ -66,18 +66,14 @@ def steady_model_notes(
             notes.append(
                 "Had every flow met the flows it shares links with all the time (its max-min rate, the "
                 f"first passes), {label} would have ended {all_meet} ns after its start "
-                f"({100 * (all_meet / completion - 1):+.1f}%)"
-                + (
-                    "; on every single ring measured against FLOW, FLOW's completion lay between the two."
-                    if len(labels) == 1
-                    else "."
-                )
+                f"({100 * (all_meet / completion - 1):+.1f}%): FLOW's completion usually lies between the "
+                'two (README, "FLOW, FLOW_STEADY or PACKET").'
             )
     if len(labels) > 1:
         notes.append(
             "With several jobs a run has phases, from one job's start or end to the next: a transfer "
             "takes the rates of the phase it starts in (the jobs running then), and a connection's "
-            "duty is counted per phase. Against FLOW: -2.5% to +2.9% per job on the pairs of rings "
+            "duty is counted per phase. Against FLOW: -1.6% to +2.6% per job on the pairs of rings "
             "measured."
         )
     return notes

@@ -36,9 +36,10 @@ from it (the jobs' rings one after the other, each in its own time):
 What it leaves out: in FLOW a flow's rate changes while it sends, as others start and end; here a
 flow meets the other connections' flows as if their phases were independent of its own. Against the
 FLOW loop on the same rings (README, "FLOW, FLOW_STEADY or PACKET"; test_flow_steady.py bounds some):
--0.05% (k=16, 1,024 ranks, ECMP) to -4.7% (a 16-rank latency-bound ring), exact under ADAPTIVE;
-the max-min rates alone (every flow meeting the others always, the first passes) came out above
-FLOW on every ring measured, and the notes give that completion too.
+-0.01% to -0.36% on rings of 1,024 and 2,048 ranks, -3.1% to +0.2% on 24 small ECMP rings (-4.7%
+on the test suite's latency-bound 16-rank ring), exact under ADAPTIVE; the max-min rates alone
+(every flow meeting the others always, the first passes) were never below FLOW on a single ring
+measured, and the notes give that completion too.
 """
 
 from __future__ import annotations
