@@ -86,7 +86,13 @@ def add_workload_options(parser: argparse.ArgumentParser, default_modes: list[st
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of every random choice (runs are deterministic)"
     )
-    parser.add_argument("--fidelity", **choice(simulation_pb2.Fidelity), default=None, help="default flow")
+    parser.add_argument(
+        "--fidelity",
+        **choice(simulation_pb2.Fidelity),
+        default=None,
+        help="flow (default): fluid max-min sharing, event by event; flow_steady: ring jobs' steady "
+        "state at those rates, seconds at 8,192 ranks; packet: packet by packet, with queues and loss",
+    )
     parser.add_argument(
         "--transport", **choice(simulation_pb2.Transport), default=None, help="default rocev2"
     )
