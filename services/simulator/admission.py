@@ -46,6 +46,7 @@ from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
 from services.simulator.flow.integrate import DEFAULT_INTERVALS
+from services.simulator.routes import path_channels
 from services.simulator.series import MAX_SERIES_VALUES
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
@@ -307,11 +308,6 @@ def makespan_lower_bound_ns(
     if spec.time_limit_ns:
         bound = min(bound, spec.time_limit_ns)
     return bound
-
-
-def path_channels(snapshot: FabricSnapshot) -> int:
-    """Channels on the longest up-down path between hosts: twice the highest switch tier."""
-    return 2 * max(1, int(snapshot.node_tier.max(initial=1)))
 
 
 def estimate_cost(

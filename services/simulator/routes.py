@@ -29,6 +29,7 @@ __all__ = [
     "FlowRoutes",
     "RouteWalker",
     "hop_latency_ns",
+    "path_channels",
     "pin_flows_by_hash",
     "pinned_path_rows",
     "split_flows_evenly",
@@ -203,12 +204,17 @@ def split_flows_evenly(
     return FlowRoutes(offsets, channels, fractions, latency, pinned=False)
 
 
+def path_channels(snapshot: FabricSnapshot) -> int:
+    """Channels on the longest up-down path between hosts: twice the highest switch tier."""
+    return 2 * max(1, int(snapshot.node_tier.max(initial=1)))
+
+
 def widest_even_split(snapshot: FabricSnapshot, samples: int = 8) -> int:
     """The most channels one host pair's even split (`split_flows_evenly`) spreads over, among pairs
     from host 0 to `samples` hosts spread over the fabric (the far ones cross its top tier): an
     estimate of route entries per pair, for admission. Pairs with no route are left out (the route
     checks name them), down to twice the highest switch tier when none has one."""
-    widest = 2 * max(1, int(snapshot.node_tier.max(initial=1)))
+    widest = path_channels(snapshot)
     hosts = len(snapshot.host_nodes)
     for destination in np.unique(np.linspace(1, hosts - 1, min(samples, hosts - 1)).astype(np.int64)):
         try:

@@ -26,7 +26,7 @@ from services.simulator.ideal import expected_end_ns, job_ideals
 from services.simulator.modes import mode_of
 from services.simulator.paths import route_workload
 from services.simulator.results import FLOW_RESULTS_LIMIT, SimulationOutcome, channel_totals
-from services.simulator.routes import widest_even_split
+from services.simulator.routes import path_channels, widest_even_split
 from services.simulator.series import (
     MAX_SERIES_VALUES,
     first_interval_ns,
@@ -88,7 +88,7 @@ class FlowEngine:
         if mode_of(spec.load_balancing).pins_flows:
             qps = [max(1, job.qps_per_connection) for job in spec.jobs]
             rows = sum(c * q for c, q in zip(connections, qps, strict=True))
-            per_row = 2 * max(1, int(snapshot.node_tier.max(initial=1)))  # an up-down path's channels
+            per_row = path_channels(snapshot)
         else:
             rows, per_row = sum(connections), widest_even_split(snapshot)
         return _ROUTE_BYTES_PER_ENTRY * rows * per_row
