@@ -45,9 +45,7 @@ from services.common.errors import ResourceExhausted
 from services.common.snapshot import FabricSnapshot
 from services.simulator.collectives import pipeline_chunks, ring_steps
 from services.simulator.engines import engine_for
-from services.simulator.flow.integrate import DEFAULT_INTERVALS
 from services.simulator.routes import path_channels
-from services.simulator.series import MAX_SERIES_VALUES
 from services.simulator.sharp import aggregation_tree
 from services.simulator.spec import Algorithm, Collective, Fidelity, JobSpec, SimulationSpec
 from services.simulator.workload import STREAM_BLOCKS_HELD, stream_block, streams, without_flows_by_index
@@ -72,9 +70,8 @@ _FLOW_BYTES_PER_TRANSFER = 400
 _FLOW_BYTES_PER_QP_FLOW = 160
 _PACKET_BYTES_PER_TRANSFER = 180
 # FLOW_STEADY: passes over a run's transfers, for its events (7 at 8,192 ranks under ECMP, 2 to 19
-# measured), and the intervals its per-flow bits take unless the caller sets a finer one.
+# measured).
 STEADY_PASSES = 10
-_SERIES_INTERVALS = DEFAULT_INTERVALS + 1
 _PACKET_BYTES_PER_QP_FLOW = 420
 _SPEC_BYTES_PER_LISTED_FLOW = 640
 
@@ -333,24 +330,11 @@ def estimate_cost(
         events = packets * per_packet
     shortest = makespan_lower_bound_ns(spec, snapshot, placed, costs)
     streamed = streams(spec)
-    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:
-        events = transfers * STEADY_PASSES
-        phases = 2 * len(spec.jobs) + 1
-        rows = sum(
-            max(1, job.qps_per_connection) * len(hosts) for job, hosts in zip(spec.jobs, placed, strict=True)
-        )
-        # Each QP flow's bits per interval, binned then cumulative: at most MAX_SERIES_VALUES cells
-        # (steady.py widens the interval to keep them so).
-        bins = _SERIES_INTERVALS
-        if spec.sample_interval_ns:
-            bins = max(bins, -(-shortest // spec.sample_interval_ns) + 1)
-        memory += 16 * min(MAX_SERIES_VALUES, rows * bins)
+    if streamed and spec.fidelity == Fidelity.FLOW_STEADY:  # its connections (its bins and per-chunk
+        events = transfers * STEADY_PASSES  # state: the engine's series and flow memory, below)
         for job, hosts in zip(spec.jobs, placed, strict=True):
-            qps, chunks = max(1, job.qps_per_connection), max(1, job.chunks)
+            qps = max(1, job.qps_per_connection)
             memory += (_FLOW_BYTES_PER_TRANSFER + _FLOW_BYTES_PER_QP_FLOW * qps) * len(hosts)
-            # Per (rank, chunk): two steps' arrivals; per (phase, segment size, chunk, rank, QP): a
-            # duration and its two temporaries.
-            memory += 8 * len(hosts) * chunks * (2 + 3 * phases * 2 * qps)
     elif streamed:  # held: its connections, and the transfers of a few blocks in slots
         job = spec.jobs[0]
         ranks, qps = len(placed[0]), max(1, job.qps_per_connection)

@@ -53,6 +53,14 @@ def _first_interval(spec: SimulationSpec, ideals: list[int]) -> tuple[int, bool]
     return first_interval_ns(expected_end_ns(spec, ideals), DEFAULT_INTERVALS), False
 
 
+def _series_bins(spec: SimulationSpec, shortest_ns: int) -> int:
+    """Interval edges a run's series take at first: the engine's DEFAULT_INTERVALS, or more with a
+    finer `sample_interval_ns` over a run of at least `shortest_ns`."""
+    if spec.sample_interval_ns:
+        return max(_SERIES_INTERVALS, -(-shortest_ns // spec.sample_interval_ns) + 1)
+    return _SERIES_INTERVALS
+
+
 class FlowEngine:
     """Fluid flows, max-min fair at every event (services.simulator.flow.model)."""
 
@@ -97,10 +105,9 @@ class FlowEngine:
         """The series of every channel over the intervals the engine chooses (DEFAULT_INTERVALS), or
         more with a finer `sample_interval_ns`, at most MAX_SERIES_VALUES cells: the integrator keeps
         them as the run goes, whatever its number of events (flow/integrate.py)."""
-        bins = _SERIES_INTERVALS
-        if spec.sample_interval_ns:
-            bins = max(bins, -(-shortest_ns // spec.sample_interval_ns) + 1)
-        return _SERIES_CELL_BYTES * min(MAX_SERIES_VALUES, snapshot.num_channels * bins)
+        return _SERIES_CELL_BYTES * min(
+            MAX_SERIES_VALUES, snapshot.num_channels * _series_bins(spec, shortest_ns)
+        )
 
     def check(self, spec: SimulationSpec, fabric: RunFabric, workload: Workload) -> None:
         """Nothing beyond the checks every engine shares (checks.py): the FLOW model takes any
@@ -187,6 +194,29 @@ class SteadyFlowEngine(FlowEngine):
                     "use FLOW fidelity",
                 )
         return super().check_placed(spec, snapshot, placed)
+
+    def series_memory_bytes(self, spec: SimulationSpec, snapshot: FabricSnapshot, shortest_ns: int) -> int:
+        """FLOW's, and each QP flow's bits per interval edge, binned then cumulative (16 B): at most
+        MAX_SERIES_VALUES of them (steady.py widens the interval to keep them so)."""
+        rows = sum((len(job.hosts) or job.rank_count) * max(1, job.qps_per_connection) for job in spec.jobs)
+        bits = 16 * min(MAX_SERIES_VALUES, rows * _series_bins(spec, shortest_ns))
+        return super().series_memory_bytes(spec, snapshot, shortest_ns) + bits
+
+    def flow_memory_bytes(
+        self, spec: SimulationSpec, snapshot: FabricSnapshot, flows: int, connections: Sequence[int]
+    ) -> int:
+        """FLOW's route entries, and each ring's per-chunk state: per (rank, chunk) two steps'
+        arrivals; per (phase, segment size, chunk, rank, QP) a duration and its two temporaries (a
+        ring of many chunks is large)."""
+        phases = 2 * len(spec.jobs) + 1
+        state = sum(
+            8
+            * (len(job.hosts) or job.rank_count)
+            * max(1, job.chunks)
+            * (2 + 3 * phases * 2 * max(1, job.qps_per_connection))
+            for job in spec.jobs
+        )
+        return super().flow_memory_bytes(spec, snapshot, flows, connections) + state
 
     def simulate(
         self, spec: SimulationSpec, fabric: RunFabric, workload: Workload, progress: Progress | None
