@@ -249,6 +249,23 @@ K32_RANKS = int(os.environ.get("FABRICTWIN_BENCH_K32_RANKS", "8192"))
 K32_TIME_LIMIT_NS = int(os.environ.get("FABRICTWIN_BENCH_K32_TIME_LIMIT_NS", "0"))
 
 
+def timed_fabric(k: int) -> tuple[FabricSnapshot, int, dict[str, float]]:
+    """A k-ary fat-tree's snapshot as the simulator service receives it, its size in protobuf bytes,
+    and each phase timed: generation, routing and snapshot, the transfer (protobuf both ways)."""
+    phases: dict[str, float] = {}
+    start = time.perf_counter()
+    fabric = fat_tree(k)
+    phases["generate"] = time.perf_counter() - start
+    start = time.perf_counter()
+    snapshot = route_and_snapshot(fabric)
+    phases["route_and_snapshot"] = time.perf_counter() - start
+    start = time.perf_counter()
+    wire = snapshot.to_proto().SerializeToString()
+    snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
+    phases["snapshot_transfer"] = time.perf_counter() - start
+    return snapshot, len(wire), phases
+
+
 def _allreduce_k32(mode: str) -> dict:
     """A 64 MiB ring AllReduce over `FABRICTWIN_BENCH_K32_RANKS` ranks (default 8,192: every host)
     on a k=32 fat-tree (8,192 hosts, 1,280 switches, 400 Gb/s), each phase timed: the fabric's
@@ -263,17 +280,7 @@ def _allreduce_k32(mode: str) -> dict:
     ref_wall, ref = _timed_reference(reference, "SPRAY", 1)
     reference_rate = _packets(ref).delivered / ref_wall
     del ref, reference
-    phases: dict[str, float] = {}
-    start = time.perf_counter()
-    fabric = fat_tree(32)
-    phases["generate"] = time.perf_counter() - start
-    start = time.perf_counter()
-    snapshot = route_and_snapshot(fabric)
-    phases["route_and_snapshot"] = time.perf_counter() - start
-    start = time.perf_counter()
-    wire = snapshot.to_proto().SerializeToString()
-    snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
-    phases["snapshot_transfer"] = time.perf_counter() - start
+    snapshot, snapshot_bytes, phases = timed_fabric(32)
     spec = _allreduce_spec(snapshot, mode, K32_RANKS)
     if K32_TIME_LIMIT_NS:
         spec["time_limit_ns"] = K32_TIME_LIMIT_NS
@@ -298,7 +305,7 @@ def _allreduce_k32(mode: str) -> dict:
         "ideal_ms": round(job.ideal_completion_ns / 1e6, 3),
         "dropped_packets": stats.dropped,
         "events": outcome.events,
-        "snapshot_bytes": len(wire),
+        "snapshot_bytes": snapshot_bytes,
         "phases_s": {name: round(seconds, 3) for name, seconds in phases.items()},
     }
 

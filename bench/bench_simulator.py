@@ -11,11 +11,9 @@ from __future__ import annotations
 import re
 import time
 
-from fabrictwin.v1 import topology_pb2
-
 import services.simulator.flow.engine as flow_engine
+from bench.bench_engine import timed_fabric
 from bench.registry import benchmark
-from services.common.snapshot import FabricSnapshot
 from services.simulator.checks import check_simulation
 from services.simulator.flow.model import simulate_flows
 from services.simulator.flow.warm_up import warm_up as warm_up_flow_engines
@@ -180,17 +178,7 @@ def _ring8192_k32(mode: str) -> dict:
     fabric's generation, routing and snapshot, its transfer as the simulator service receives it,
     the checks and workload, the engine's routes, steady state and series, the results."""
     warm_up_flow_engines()
-    phases: dict[str, float] = {}
-    start = time.perf_counter()
-    fabric = fat_tree(32)
-    phases["generate"] = time.perf_counter() - start
-    start = time.perf_counter()
-    snapshot = route_and_snapshot(fabric)
-    phases["route_and_snapshot"] = time.perf_counter() - start
-    start = time.perf_counter()
-    wire = snapshot.to_proto().SerializeToString()
-    snapshot = FabricSnapshot.from_proto(topology_pb2.FabricSnapshot.FromString(wire))
-    phases["snapshot_transfer"] = time.perf_counter() - start
+    snapshot, _, phases = timed_fabric(32)
     spec = _scale_spec(snapshot, "FLOW_STEADY", mode, 8192)
     estimate = check_simulation(SimulationSpec.from_dict(spec), snapshot).estimate
     start = time.perf_counter()
