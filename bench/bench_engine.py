@@ -29,6 +29,7 @@ from bench.registry import benchmark
 from services.common.snapshot import FabricSnapshot
 from services.simulator.checks import check_simulation
 from services.simulator.engine import RunFabric
+from services.simulator.packet import arrays as packet_arrays
 from services.simulator.results import FLOW_RESULTS_LIMIT, PacketStats, SimulationOutcome
 from services.simulator.runner import run_simulation, simulate
 from services.simulator.spec import SimulationSpec
@@ -440,6 +441,46 @@ def neighbours_k32() -> dict:
         "events_per_packet": round(outcome.events / stats.delivered, 2),
         "phases_s": {name: round(seconds, 3) for name, seconds in outcome.phase_seconds.items()},
     }
+
+
+@benchmark("engine.sink_delivery.k16")
+def sink_delivery_k16() -> dict:
+    """The 1,024-rank ring of `engine.allreduce.k16.<mode>` (ECMP and ADAPTIVE) with an event for
+    each delivery and with a sink channel's packets delivered as they start their last link
+    (`packet.arrays.SINK_DELIVERY`, the default), back to back in this one process: the events
+    saved, the event loop's time both ways, and the results (the same but for the order of
+    simultaneous events)."""
+    _warm_up()
+    k16 = route_and_snapshot(fat_tree(16))
+    figures: dict[str, Any] = {}
+    for mode in ("ECMP", "ADAPTIVE"):
+        runs = {}
+        for folded in (False, True):
+            packet_arrays.SINK_DELIVERY = folded
+            try:
+                start = time.perf_counter()
+                outcome = run_simulation(_allreduce_spec(k16, mode, 1024), k16)
+                wall = time.perf_counter() - start
+            finally:
+                packet_arrays.SINK_DELIVERY = True
+            job, stats = outcome.jobs[0], _packets(outcome)
+            runs["sink" if folded else "evented"] = {
+                "wall_s": round(wall, 2),
+                "event_loop_s": round(outcome.phase_seconds["event_loop"], 2),
+                "events": outcome.events,
+                "events_per_packet": round(outcome.events / stats.delivered, 2),
+                "completion_ms": round(job.completion_ns / 1e6, 4),
+                "dropped_packets": stats.dropped,
+            }
+        evented, sink = runs["evented"], runs["sink"]
+        figures[mode.lower()] = {
+            **runs,
+            "event_loop_speedup": round(evented["event_loop_s"] / sink["event_loop_s"], 3),
+            "completion_difference_pct": round(
+                100 * (sink["completion_ms"] - evented["completion_ms"]) / evented["completion_ms"], 3
+            ),
+        }
+    return figures
 
 
 @benchmark("engine.scale_efficiency")

@@ -43,6 +43,10 @@ __all__ = [
     "series_cell_bytes",
 ]
 
+# Deliver a sink channel's packets as they start (`_sinks`): False gives every delivery its event, as
+# before (tests and benchmarks compare the two).
+SINK_DELIVERY = True
+
 MAX_BINS = 512
 MAX_PACKETS_PER_FLOW = 1 << 25  # sequence numbers of a flow's packets
 _NODE_KIND_SWITCH = 2
@@ -170,6 +174,7 @@ class EngineArrays:
         self.f_next_seq = np.zeros(flows, dtype=np.int64)
         self.f_start = np.full(flows, -1, dtype=np.int64)
         self.f_finish = np.full(flows, -1, dtype=np.int64)
+        self.f_last_rx = np.full(flows, -1, dtype=np.int64)
         self.f_transfer = np.repeat(
             np.arange(workload.transfer_count, dtype=np.int32), np.diff(workload.transfer_flow_offsets)
         )
@@ -286,6 +291,7 @@ class EngineArrays:
         self.pr[L.PR_RATE_CAP] = 1 if self._capped else 0
         if config.vl_buffer_bytes:
             self.pr[L.PR_CREDITS] = 1
+        self.ch_sink = self._sinks(config, target, is_switch)
         self.rng = np.array(
             [np.uint64(config.seed * 0x9E3779B97F4A7C15 % 2**64 or 0x2545F4914F6CDD1D)], dtype=np.uint64
         )
@@ -402,6 +408,23 @@ class EngineArrays:
             assert workload.pinned_offsets is not None and workload.pinned_channels is not None
             channels[pinned] = workload.pinned_channels[workload.pinned_offsets[:-1][pinned]]
         return channels
+
+    def _sinks(self, config: PacketEngineConfig, target: np.ndarray, is_switch: np.ndarray) -> np.ndarray:
+        """Channels whose packets are delivered as they start (`Channels.sink`): a switch's port to a
+        host it is the only way into (so a flow's packets reach it in the order they start), with
+        no bit errors, in a run where nothing else acts on a packet on the wire or on its delivery
+        later (link events, credits, the drop hook) and delivery acts on nothing shared
+        (Go-Back-N's ACKs and DCQCN's CNPs and QP state): its arrival needs no event."""
+        into = np.bincount(target, minlength=is_switch.shape[0])
+        sink = (self.ch_from_host == 0) & ~is_switch[target] & (into[target] == 1) & (self.ch_loss_kind == 0)
+        quiet = SINK_DELIVERY and not (
+            config.link_events
+            or config.vl_buffer_bytes
+            or config.window_packets > 0
+            or config.dcqcn is not None
+            or config.drop_once
+        )
+        return (sink & quiet).astype(np.uint8)
 
     def _link_losses(self, channels: int, losses: tuple[LinkLoss, ...]) -> None:
         self.ch_loss_kind = np.zeros(channels, dtype=np.int8)
@@ -534,6 +557,7 @@ class EngineArrays:
                 self.ch_prop_ps,
                 self.ch_buffer,
                 self.ch_from_host,
+                self.ch_sink,
                 self.ch_busy,
                 self.ch_drops,
                 self.ch_peak_q,
@@ -582,6 +606,7 @@ class EngineArrays:
                 self.f_first_ch,
                 self.f_start,
                 self.f_finish,
+                self.f_last_rx,
                 self.f_transfer,
                 self.act_next,
                 self.act_prev,

@@ -263,5 +263,5 @@ def run_events(run, heap, ch, loss, series, rt, fl, rob, qps, tr, pk):
         if nic >= 0:
             pull(run, heap, ch, series, fl, qps, tr, pk, nic, now)
         elif port >= 0:
-            try_send_head(run, heap, ch, series, pk, port, now)
+            try_send_head(run, heap, ch, series, fl, rob, qps, tr, pk, port, now)
     return RC_DONE

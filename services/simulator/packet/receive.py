@@ -33,12 +33,15 @@ def lose(run, heap, fl, rob, qps, tr, pk, p, now):
     settle(run, fl, rob, f, pk.seq[p], False)
     free_packet(run, pk, p)
     if fl.recv[f] + fl.lost[f] >= fl.size[f]:
-        flow_accounted(run, heap, fl, rob, qps, tr, f, now)
+        # Its other packets may have been delivered ahead of their time (a sink channel): the
+        # flow ends with the last of them.
+        flow_accounted(run, heap, fl, rob, qps, tr, f, max(now, fl.last_rx[f]))
 
 
 @kernel_inline
 def deliver(run, heap, fl, rob, qps, tr, pk, p, now):
-    """Packet p reached its destination NIC."""
+    """Packet p reached its destination NIC at `now` (from a sink channel, handled when it started
+    its last link: `now` is then later than the loop's; everything it schedules is at or after it)."""
     sc = run.sc
     f = pk.flow[p]
     if run.pr[PR_DCQCN] == 1 and pk.ecn[p]:
@@ -48,7 +51,8 @@ def deliver(run, heap, fl, rob, qps, tr, pk, p, now):
         return
     sc[SC_DELIVERED] += 1
     sc[SC_DELIVERED_BYTES] += pk.payload[p]
-    sc[SC_LAST_DELIVERY] = now
+    sc[SC_LAST_DELIVERY] = max(sc[SC_LAST_DELIVERY], now)  # (a sink's deliveries come early)
+    fl.last_rx[f] = now
     fl.recv[f] += pk.payload[p]
     settle(run, fl, rob, f, pk.seq[p], True)
     mtu = run.pr[PR_MTU]
@@ -56,4 +60,4 @@ def deliver(run, heap, fl, rob, qps, tr, pk, p, now):
     rob.hist[min(occupancy, rob.hist.shape[0] - 1)] += 1
     free_packet(run, pk, p)
     if fl.recv[f] + fl.lost[f] >= fl.size[f]:
-        flow_accounted(run, heap, fl, rob, qps, tr, f, now)
+        flow_accounted(run, heap, fl, rob, qps, tr, f, max(now, fl.last_rx[f]))

@@ -60,6 +60,10 @@ class Channels(NamedTuple):
     prop_ps: np.ndarray  # propagation alone (link-level frames: InfiniBand credits)
     buffer: np.ndarray  # bytes its output queue may hold
     from_host: np.ndarray  # 1: a NIC's uplink (it pulls from its QPs)
+    # 1: a switch port whose packets are delivered as they start (the one channel into a host, in a
+    # run where nothing can happen to a packet on that wire: no losses, link events, credits,
+    # Go-Back-N or DCQCN); its arrival is known then, so it needs no event (switch.forward_tx).
+    sink: np.ndarray
     busy: np.ndarray  # NIC ports: a pull is pending
     drops: np.ndarray
     peak_q: np.ndarray
@@ -128,6 +132,7 @@ class Flows(NamedTuple):
     first_ch: np.ndarray  # the NIC port its QP is bound to
     start: np.ndarray
     finish: np.ndarray
+    last_rx: np.ndarray  # ps: its latest delivery so far (a delivery may be handled before its time)
     transfer: np.ndarray
     act_next: np.ndarray  # the NIC port's ring of flows with packets to send
     act_prev: np.ndarray

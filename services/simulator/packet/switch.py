@@ -16,6 +16,7 @@ from services.simulator.packet.layout import (
     CN_DOWN,
     CN_ECN_MARKED,
     CN_XMIT_DISCARDS,
+    EV_ARRIVE,
     EV_PAUSE,
     EV_TX_DONE,
     FI_DROPS,
@@ -28,6 +29,7 @@ from services.simulator.packet.layout import (
     PR_KMIN,
     PR_LINK_EVENTS,
     PR_PFC,
+    PR_STOP,
     PR_XOFF,
     SC_DROPPED,
     SC_ECN_MARKED,
@@ -36,11 +38,11 @@ from services.simulator.packet.layout import (
     SE_XMIT_DISCARDS,
 )
 from services.simulator.packet.pfc import release_pfc
-from services.simulator.packet.receive import lose
+from services.simulator.packet.receive import deliver, lose
 from services.simulator.packet.recording import set_queue
 from services.simulator.packet.transmit import start_tx
 
-__all__ = ["discard", "enqueue", "send_head", "try_send_head"]
+__all__ = ["discard", "enqueue", "forward_tx", "send_head", "try_send_head"]
 
 
 @kernel
@@ -81,6 +83,23 @@ def _mark_ecn(run, ch, series, pk, c, p, now):
 
 
 @kernel_inline
+def forward_tx(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
+    """Switch port c starts sending packet p. On a sink channel (`Channels.sink`) its destination
+    receives it now, at the time it will arrive: nothing can reach the packet on that wire, and the
+    wire keeps a flow's packets in order, so its delivery is the same as at an EV_ARRIVE then, for
+    one event less a packet. (Only the order among events of one instant, shuffled, may differ.)"""
+    stop = run.pr[PR_STOP]
+    if ch.sink[c] == 1 and ch.target[c] == fl.dst_node[pk.flow[p]]:
+        at = start_tx(run, heap, ch, series, pk, c, p, now, False)
+        if stop == 0 or at <= stop:
+            deliver(run, heap, fl, rob, qps, tr, pk, p, at)
+            return
+        schedule(heap, run.sc, at, EV_ARRIVE, p)  # after a time limit: the run stops before it
+        return
+    start_tx(run, heap, ch, series, pk, c, p, now)
+
+
+@kernel_inline
 def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
     """Packet p joins output channel c: sent at once by an idle port, else queued or dropped."""
     pr = run.pr
@@ -103,7 +122,7 @@ def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
     elif pfc:
         direct = direct and ch.paused[c] == 0
     if direct:
-        start_tx(run, heap, ch, series, pk, c, p, now)
+        forward_tx(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now)
         return
     if pfc:
         if ingress >= 0:
@@ -129,7 +148,7 @@ def enqueue(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
 
 
 @kernel_inline
-def send_head(run, heap, ch, series, pk, c, now):
+def send_head(run, heap, ch, series, fl, rob, qps, tr, pk, c, now):
     """Switch port c sends the head of its queue, and comes back if more wait."""
     p = ch.hot[c, CH_Q_HEAD]
     ch.hot[c, CH_Q_HEAD] = pk.next[p]
@@ -138,17 +157,17 @@ def send_head(run, heap, ch, series, pk, c, now):
     set_queue(ch, series, run.pr, run.pf, c, now, ch.hot[c, CH_Q_BYTES] - pk.wire[p])
     if run.pr[PR_PFC] == 1:
         release_pfc(run, heap, ch, pk, p, now)
-    start_tx(run, heap, ch, series, pk, c, p, now)
+    forward_tx(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now)
     if ch.hot[c, CH_Q_HEAD] >= 0:
         ch.txd_pending[c] = 1
         schedule(heap, run.sc, ch.hot[c, CH_FREE_AT], EV_TX_DONE, c)
 
 
 @kernel_inline
-def try_send_head(run, heap, ch, series, pk, c, now):
+def try_send_head(run, heap, ch, series, fl, rob, qps, tr, pk, c, now):
     """A free, unpaused switch port with packets waiting sends the head, credit permitting."""
     if ch.hot[c, CH_Q_HEAD] < 0 or ch.paused[c]:
         return
     if run.pr[PR_CREDITS] == 1 and not has_credit(ch, c, pk.wire[ch.hot[c, CH_Q_HEAD]], now):
         return  # the credit's return restarts the port
-    send_head(run, heap, ch, series, pk, c, now)
+    send_head(run, heap, ch, series, fl, rob, qps, tr, pk, c, now)

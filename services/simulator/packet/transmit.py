@@ -26,8 +26,9 @@ __all__ = ["free_packet", "start_tx"]
 
 
 @kernel_inline
-def start_tx(run, heap, ch, series, pk, c, p, now):
-    """Channel c starts serialising packet p; it arrives at the far end a link delay after.
+def start_tx(run, heap, ch, series, pk, c, p, now, arrival=True):
+    """Channel c starts serialising packet p; it arrives at the far end a link delay after (an
+    EV_ARRIVE then, unless `arrival` is False: the caller handles it). Returns that time.
 
     A switch port needs an EV_TX_DONE only when packets wait behind this one (the caller schedules
     it); a NIC port always does, to pull its next packet. This halves the events of an uncongested hop.
@@ -48,7 +49,10 @@ def start_tx(run, heap, ch, series, pk, c, p, now):
     if run.pr[PR_CREDITS] == 1:
         ch.cn[c, CN_CREDITS] -= wire
         leave_input_buffer(run, heap, ch, pk, p, now)
-    schedule(heap, run.sc, now + duration + ch.hot[c, CH_DELAY_PS], EV_ARRIVE, p)
+    at = now + duration + ch.hot[c, CH_DELAY_PS]
+    if arrival:
+        schedule(heap, run.sc, at, EV_ARRIVE, p)
+    return at
 
 
 @kernel_inline
