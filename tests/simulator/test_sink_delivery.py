@@ -44,6 +44,7 @@ def _staggered_ring_pairs(mode: str, lb: dict | None = None, **settings) -> dict
 
 
 def _one_flow(mode: str = "ECMP", **settings) -> dict:
+    """256 KiB from host-1 to host-0, through leaf-1, a spine and leaf-0."""
     spec = point_to_point_spec(SLOW_SINK, [(1, 0, 256 << 10)], **settings)
     spec["load_balancing"] = {"mode": mode}
     return spec
@@ -84,6 +85,13 @@ EXACT = {
         ),
         SLOW_SINK,
     ),
+    # Go-Back-N: the drops at the full port are NAKed from deliveries handled ahead of time, and
+    # resent; ACKs and NAKs leave at the arrival's time.
+    "go_back_n_resends": (_one_flow(buffer_bytes=24 << 10, window_bytes=64 << 10), SLOW_SINK),
+    "go_back_n_sprayed": (_one_flow("SPRAY", buffer_bytes=24 << 10, window_bytes=64 << 10), SLOW_SINK),
+    # InfiniBand: credits spent and returned as packets start; Go-Back-N over them.
+    "infiniband": (_one_flow(transport="INFINIBAND", vl_buffer_bytes=16 << 10), SLOW_SINK),
+    "infiniband_sprayed": (_one_flow("SPRAY", transport="INFINIBAND", vl_buffer_bytes=16 << 10), SLOW_SINK),
 }
 
 FOLDED = {
@@ -96,14 +104,21 @@ FOLDED = {
     "fat_tree_ecmp_drops": (_staggered_ring_pairs("ECMP", buffer_bytes=12 << 10), FAT_TREE),
     "fat_tree_adaptive": (_staggered_ring_pairs("ADAPTIVE"), FAT_TREE),
     "fat_tree_flowlet": (_staggered_ring_pairs("FLOWLET", {"flowlet_gap_ns": 1000}), FAT_TREE),
+    "go_back_n": (_on_leaf_spine(INCAST, buffer_bytes=64 << 10, window_bytes=128 << 10), LEAF_SPINE),
+    "infiniband": (_on_leaf_spine(INCAST, transport="INFINIBAND", vl_buffer_bytes=16 << 10), LEAF_SPINE),
 }
 
-# Runs where a delivery is not deferred-free (Go-Back-N's ACKs, DCQCN's CNPs and QP state, credits,
-# link events, bit errors on the last link): every delivery keeps its event.
+# Runs where something acts on a packet on its last link or on what its delivery changes (DCQCN's
+# QP state, a FLOWLET table late copies under Go-Back-N still read, bit errors on the last link):
+# every delivery keeps its event.
 NOT_FOLDED = {
-    "go_back_n": (_on_leaf_spine(INCAST, buffer_bytes=64 << 10, window_bytes=128 << 10), LEAF_SPINE),
     "dcqcn": (_on_leaf_spine(INCAST, buffer_bytes=1 << 20, pfc=True, dcqcn=True), LEAF_SPINE),
-    "infiniband": (_on_leaf_spine(INCAST, transport="INFINIBAND", vl_buffer_bytes=16 << 10), LEAF_SPINE),
+    "flowlet_go_back_n": (
+        _staggered_ring_pairs(
+            "FLOWLET", {"flowlet_gap_ns": 1000}, buffer_bytes=12 << 10, window_bytes=64 << 10
+        ),
+        FAT_TREE,
+    ),
     "bit_errors_into_host": (
         _on_leaf_spine(INCAST, faults=[{"link": "0", "kind": "BIT_ERRORS", "bit_error_rate": 1e-7}]),
         LEAF_SPINE,

@@ -412,17 +412,19 @@ class EngineArrays:
     def _sinks(self, config: PacketEngineConfig, target: np.ndarray, is_switch: np.ndarray) -> np.ndarray:
         """Channels whose packets are delivered as they start (`Channels.sink`): a switch's port to a
         host it is the only way into (so a flow's packets reach it in the order they start), with
-        no bit errors, in a run where nothing else acts on a packet on the wire or on its delivery
-        later (link events, credits, the drop hook) and delivery acts on nothing shared
-        (Go-Back-N's ACKs and DCQCN's CNPs and QP state): its arrival needs no event."""
+        no bit errors, in a run where nothing acts on a packet on the wire or on what its delivery
+        changes before it arrives: no link events or drop hook, no DCQCN (a delivery changes its
+        QP's state, which the QP's own timers read), and not Go-Back-N under FLOWLET (a delivery that
+        ends a flow takes its flowlet table from the late copies its sender may still have on the
+        way). Credits are spent and returned as the packet starts; a host holds unlimited credit."""
         into = np.bincount(target, minlength=is_switch.shape[0])
         sink = (self.ch_from_host == 0) & ~is_switch[target] & (into[target] == 1) & (self.ch_loss_kind == 0)
+        flowlet = mode_of(config.load_balancing).packet_code(config.load_balancing) == L.MODE_FLOWLET
         quiet = SINK_DELIVERY and not (
             config.link_events
-            or config.vl_buffer_bytes
-            or config.window_packets > 0
             or config.dcqcn is not None
             or config.drop_once
+            or (config.window_packets > 0 and flowlet)
         )
         return (sink & quiet).astype(np.uint8)
 

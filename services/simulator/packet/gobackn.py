@@ -62,7 +62,7 @@ def receive_in_order(run, heap, fl, rob, qps, tr, pk, p, now):
     if seq == expected:
         payload = pk.payload[p]
         sc[SC_DELIVERED_BYTES] += payload
-        sc[SC_LAST_DELIVERY] = now
+        sc[SC_LAST_DELIVERY] = max(sc[SC_LAST_DELIVERY], now)  # (a sink's deliveries come early)
         fl.recv[f] += payload
         fl.next_seq[f] = expected + 1
         fl.nak[f] = 0
