@@ -248,6 +248,8 @@ for _mode in ("ecmp", "adaptive", "spray", "flowlet"):
 K32_RANKS = int(os.environ.get("FABRICTWIN_BENCH_K32_RANKS", "8192"))
 # A slice of the run (simulated ns; 0: all of it), for comparing code changes in a minute, not ten.
 K32_TIME_LIMIT_NS = int(os.environ.get("FABRICTWIN_BENCH_K32_TIME_LIMIT_NS", "0"))
+# 0: every delivery its event, as before sink channels (packet.arrays.SINK_DELIVERY), to compare.
+K32_SINK_DELIVERY = os.environ.get("FABRICTWIN_BENCH_K32_SINK_DELIVERY", "1") != "0"
 
 
 def timed_fabric(k: int) -> tuple[FabricSnapshot, int, dict[str, float]]:
@@ -286,14 +288,19 @@ def _allreduce_k32(mode: str) -> dict:
     if K32_TIME_LIMIT_NS:
         spec["time_limit_ns"] = K32_TIME_LIMIT_NS
     estimate = check_simulation(SimulationSpec.from_dict(spec), snapshot).estimate
-    start = time.perf_counter()
-    outcome = run_simulation(spec, snapshot)
-    wall = time.perf_counter() - start
+    packet_arrays.SINK_DELIVERY = K32_SINK_DELIVERY
+    try:
+        start = time.perf_counter()
+        outcome = run_simulation(spec, snapshot)
+        wall = time.perf_counter() - start
+    finally:
+        packet_arrays.SINK_DELIVERY = True
     job, stats = outcome.jobs[0], _packets(outcome)
     phases.update(outcome.phase_seconds)
     return {
         "ranks": K32_RANKS,
         "time_limit_ns": K32_TIME_LIMIT_NS,
+        "sink_delivery": K32_SINK_DELIVERY,
         "transfers": estimate.transfers,
         "streamed": estimate.streamed,
         "memory_estimate_gb": round(estimate.memory_bytes / 2**30, 2),
