@@ -1180,7 +1180,9 @@ class SimulationResult(_message.Message):
     out_of_order_packets: _builtins.int
     """PACKET fidelity: packets that arrived ahead of an earlier one of their flow."""
     peak_packets_in_flight: _builtins.int
-    """PACKET fidelity: most packets in flight at once (what the engine's memory follows)."""
+    """PACKET fidelity: most packets in flight at once (what the engine's memory follows). A packet
+    delivered as it starts its last link, into a host (the engine's sink channels), counts until then.
+    """
     naks: _builtins.int
     """Go-Back-N: NAKs the senders acted on."""
     retransmit_timeouts: _builtins.int
