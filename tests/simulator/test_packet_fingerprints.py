@@ -237,11 +237,11 @@ EXPECTED = {
     "bit_errors": "a091ea63acf3273552728e28",
     "dcqcn": "ca4b026d018a7876c2fe40b9",
     "dcqcn_mark_once": "33fc63f0b2bc90ce50fed966",
-    "double_binary_tree": "ff5ae8ade5cb0fcc1fe1c4eb",
+    "double_binary_tree": "1b0c303f43b1609e92885e17",
     "ecmp_fixed_interval_growing_bins": "86a837d02f337a6eace8393d",
     "ecmp_lossy": "2ee8d18abf25094a86107936",
     "flowlet": "80709523e693f152fd2f813a",
-    "gilbert_elliott_lossy": "82d5a6f8ea7966e699d24e64",
+    "gilbert_elliott_lossy": "f8df0ac29698de376128a926",
     "go_back_n": "3efe5ab090043a6132a66574",
     "go_back_n_drop_once": "3a1a33360e75366cb53a2ca8",
     "infiniband_bit_errors": "824d76a93eebb5f645813f2e",
@@ -255,10 +255,10 @@ EXPECTED = {
     "link_down_subnet_manager_ecmp": "6762a6a04d4f33306b229a55",
     "lossy_incast": "08fde9e9a9e84e1871e0ade2",
     "pfc": "0291c1a43b659ac16619c362",
-    "pinned_and_capped": "02c3de02b4a4a1bdc415966b",
-    "spray_random": "8c507d237dfda7ff60386a8c",
-    "spray_round_robin": "53cc3414c0884f18871f7613",
-    "time_limited": "8e76db0721a296a07bde2064",
+    "pinned_and_capped": "718c2fe05278f17040562b68",
+    "spray_random": "2b1f76e982e50565614a8d5d",
+    "spray_round_robin": "23905490a056541d0302a83d",
+    "time_limited": "5d44486656d2ad897417f690",
 }
 
 

@@ -85,6 +85,45 @@ EXACT = {
         ),
         SLOW_SINK,
     ),
+    # Sprayed, one spine loaded by a pinned flow: flow 0's packets overtake each other, and some
+    # are dropped at host-0's full port; a packet out of order, and those behind it on host-0's
+    # link, keep their event (a drop between would change the reorder window's counts).
+    "sprayed_overtaking_drops": (
+        point_to_point_spec(
+            SLOW_SINK,
+            [],
+            buffer_bytes=28 << 10,
+            load_balancing={"mode": "SPRAY"},
+            jobs=[
+                {
+                    "collective": "POINT_TO_POINT",
+                    "flows": [
+                        {"source": "host-1", "destination": "host-0", "size_bytes": 256 << 10},
+                        {
+                            "source": "host-2",
+                            "destination": "host-3",
+                            "size_bytes": 256 << 10,
+                            "start_ns": 4_409,
+                            "path": ["host-2", "leaf-1", "spine-0", "leaf-0", "host-3"],
+                        },
+                    ],
+                }
+            ],
+        ),
+        SLOW_SINK,
+    ),
+    # Time limits in the middle of a Go-Back-N recovery and of InfiniBand ports waiting for credit:
+    # open intervals count up to the last moment the run reached, a delivery's included.
+    "go_back_n_time_limited": (
+        # (16,446 ns: the last moment before the limit is a delivery; ending the recovery at the
+        # loop's last event instead cut it short)
+        _one_flow(buffer_bytes=24 << 10, window_bytes=64 << 10, time_limit_ns=16_446),
+        SLOW_SINK,
+    ),
+    "infiniband_time_limited": (
+        _one_flow(transport="INFINIBAND", vl_buffer_bytes=8 << 10, time_limit_ns=20_000),
+        SLOW_SINK,
+    ),
     # Go-Back-N: the drops at the full port are NAKed from deliveries handled ahead of time, and
     # resent; ACKs and NAKs leave at the arrival's time.
     "go_back_n_resends": (_one_flow(buffer_bytes=24 << 10, window_bytes=64 << 10), SLOW_SINK),
@@ -162,6 +201,10 @@ def test_a_sink_delivery_is_the_delivery_its_event_made(monkeypatch, name):
     data, fabric = EXACT[name]
     evented, folded = _both_ways(monkeypatch, data, fabric)
     _assert_same(evented, folded)
+    if name == "sprayed_overtaking_drops":  # the case it is there for: a delivery kept its event
+        assert folded.out_of_order_packets > 0
+        assert evented.events - folded.events < folded.packets_delivered
+        return
     # Every host has one link: each delivered packet saved its event, nothing else changed.
     assert evented.packets_delivered > 0
     assert evented.events - folded.events == folded.packets_delivered
@@ -187,8 +230,9 @@ def test_synchronised_flows_agree_within_tie_orders(monkeypatch, name):
     assert settled == evented.delivered_payload_bytes + evented.flow_lost_bytes.sum()
     assert folded.flow_finish_ns.max() == pytest.approx(evented.flow_finish_ns.max(), rel=0.025)
     assert folded.packets_dropped == pytest.approx(evented.packets_dropped, rel=0.25, abs=8)
-    # A delivery's event each, give or take the ports' other events (queueing follows the tie order).
-    assert evented.events - folded.events == pytest.approx(folded.packets_delivered, rel=0.05)
+    # At most a delivery's event each, give or take the ports' other events (queueing follows the
+    # tie order); sprayed packets out of order keep theirs.
+    assert 0 < evented.events - folded.events <= 1.05 * folded.packets_delivered
 
 
 @pytest.mark.parametrize("name", sorted(NOT_FOLDED))
@@ -197,3 +241,13 @@ def test_deliveries_keep_their_event_where_something_acts_on_them(monkeypatch, n
     evented, folded = _both_ways(monkeypatch, data, fabric)
     assert evented.events == folded.events
     assert digest(evented) == digest(folded)
+
+
+@pytest.mark.parametrize("interval_ns", range(900, 1_400, 37))
+def test_fixed_sample_intervals_give_the_same_series(monkeypatch, interval_ns):
+    """Fixed sample intervals, the series' columns grown as the run goes: the same series. (A sink
+    delivery beyond the columns keeps its event, which grows them as before; no run searched so far
+    needed that guard.)"""
+    data, fabric = _one_flow(sample_interval_ns=interval_ns), SLOW_SINK
+    evented, folded = _both_ways(monkeypatch, data, fabric)
+    _assert_same(evented, folded)

@@ -175,6 +175,7 @@ class EngineArrays:
         self.f_start = np.full(flows, -1, dtype=np.int64)
         self.f_finish = np.full(flows, -1, dtype=np.int64)
         self.f_last_rx = np.full(flows, -1, dtype=np.int64)
+        self.f_sink_wait = np.full(flows, -1, dtype=np.int64)
         self.f_transfer = np.repeat(
             np.arange(workload.transfer_count, dtype=np.int32), np.diff(workload.transfer_flow_offsets)
         )
@@ -609,6 +610,7 @@ class EngineArrays:
                 self.f_start,
                 self.f_finish,
                 self.f_last_rx,
+                self.f_sink_wait,
                 self.f_transfer,
                 self.act_next,
                 self.act_prev,

@@ -46,7 +46,10 @@ SC_MATERIALIZED = 32
 # The loop returns RC_BUDGET when SC_EVENTS reaches this (then PR_BUDGET events later): counted across
 # every return, so a run that returns often for other reasons (a streamed ring) still reports.
 SC_BUDGET_END = 33
-SC_SIZE = 34
+# The latest time the run reached: a sink's deliveries are handled ahead of the loop's time, SC_NOW
+# (switch.forward_tx); the report takes the later of the two as the run's last moment.
+SC_REACHED = 34
+SC_SIZE = 35
 
 # --- Channels.hot: the fields every hop of a packet reads or writes, one 64-byte row per channel
 # (one cache line instead of eight arrays' at k=32's 49,152 channels) ----------------------------

@@ -108,10 +108,17 @@ class PacketRun:
 STALL_NS = 1_000_000_000  # no delivery for this long, nothing scheduled to change: the run is stuck
 
 
+def _reached_ps(a: EngineArrays) -> int:
+    """The latest time the run reached so far: its last event's, or a sink delivery's handled ahead
+    of the loop (`layout.SC_REACHED`). Where the run ends, or a time limit stopped it, this is the
+    moment open intervals (a Go-Back-N recovery, a port waiting for credit) count up to."""
+    return int(max(a.sc[L.SC_NOW], a.sc[L.SC_REACHED]))
+
+
 def check_progress(a: EngineArrays, config: PacketEngineConfig) -> None:
     """Retransmission timers keep a stuck run busy forever (a link down for good, a NIC paused for
     good): stop it once nothing was delivered for STALL_NS after the last scheduled link change."""
-    now_ns = int(a.sc[L.SC_NOW]) // 1000
+    now_ns = _reached_ps(a) // 1000
     last_change = max(
         [e.time_ns for e in config.link_events]
         + [e.time_ns for e in config.reroutes]
@@ -173,9 +180,9 @@ def report_pause_deadlock(a: EngineArrays, snapshot: FabricSnapshot) -> None:
 def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
     sc = a.sc
     interval_ps = int(a.pr[L.PR_INTERVAL])
-    end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or sc[L.SC_NOW])
+    end_ps = int(a.pr[L.PR_STOP]) if stopped else int(sc[L.SC_LAST_DELIVERY] or _reached_ps(a))
     used_bins = max(1, -(-end_ps // interval_ps))
-    streamed = a.pool.finish(int(sc[L.SC_NOW])) if a.pool is not None else None
+    streamed = a.pool.finish(_reached_ps(a)) if a.pool is not None else None
     if streamed is not None:  # its first flows, whole; the rest are in its totals
         start, finish, lost, fi = streamed.start, streamed.finish, streamed.lost, streamed.fi
     else:
@@ -233,7 +240,7 @@ def run_result(a: EngineArrays, stopped: bool) -> PacketRun:
         channel_peak_ingress=a.cn[:, L.CN_PEAK_INGRESS].copy(),
         flow_retransmitted=fi[:, L.FI_RESENT].copy(),
         flow_retransmitted_bytes=fi[:, L.FI_RESENT_BYTES].copy(),
-        flow_recovery_ns=_recovery_ns(fi, int(sc[L.SC_NOW])),
+        flow_recovery_ns=_recovery_ns(fi, _reached_ps(a)),
         flow_cnp_sent=fi[:, L.FI_CNP_SENT].copy(),
         flow_cnp_handled=fi[:, L.FI_CNP_HANDLED].copy(),
         flow_dropped=fi[:, L.FI_DROPS].copy(),
@@ -257,7 +264,7 @@ def _counter_series(a: EngineArrays, bins: int) -> dict[str, np.ndarray]:
 
 def _xmit_wait_ns(a: EngineArrays) -> np.ndarray:
     # A port still waiting for credit when the run ended waited until then.
-    now = int(a.sc[L.SC_NOW])
+    now = _reached_ps(a)
     waiting = a.cn[:, L.CN_WAIT_SINCE] >= 0
     wait = a.cn[:, L.CN_XMIT_WAIT] + np.where(waiting, now - a.cn[:, L.CN_WAIT_SINCE], 0)
     return wait // 1000

@@ -60,9 +60,10 @@ class Channels(NamedTuple):
     prop_ps: np.ndarray  # propagation alone (link-level frames: InfiniBand credits)
     buffer: np.ndarray  # bytes its output queue may hold
     from_host: np.ndarray  # 1: a NIC's uplink (it pulls from its QPs)
-    # 1: a switch port whose packets are delivered as they start (the one channel into a host, in a
-    # run where nothing can happen to a packet on that wire: no losses, link events, credits,
-    # Go-Back-N or DCQCN); its arrival is known then, so it needs no event (switch.forward_tx).
+    # 1: a switch port whose packets may be delivered as they start (the one channel into a host,
+    # without bit errors, in a run where nothing acts on a packet on that wire or on what its
+    # delivery changes: arrays._sinks); its arrival is known then, so it needs no event
+    # (switch.forward_tx says when a packet keeps it anyway).
     sink: np.ndarray
     busy: np.ndarray  # NIC ports: a pull is pending
     drops: np.ndarray
@@ -133,6 +134,7 @@ class Flows(NamedTuple):
     start: np.ndarray
     finish: np.ndarray
     last_rx: np.ndarray  # ps: its latest delivery so far (a delivery may be handled before its time)
+    sink_wait: np.ndarray  # ps: arrival of its latest packet on a sink channel that kept its event
     transfer: np.ndarray
     act_next: np.ndarray  # the NIC port's ring of flows with packets to send
     act_prev: np.ndarray

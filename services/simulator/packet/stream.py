@@ -58,6 +58,7 @@ _FLOW_ARRAYS = {
     "f_start": -1,
     "f_finish": 0,  # a free slot counts as finished (watchdogs count the unfinished flows)
     "f_last_rx": -1,
+    "f_sink_wait": -1,
     "f_transfer": -1,
     "act_next": -1,
     "act_prev": -1,

@@ -21,18 +21,22 @@ from services.simulator.packet.layout import (
     EV_TX_DONE,
     FI_DROPS,
     PF_PMAX,
+    PR_BINS,
     PR_CREDITS,
     PR_DCQCN,
+    PR_GBN,
     PR_HEADROOM,
     PR_INTERVAL,
     PR_KMAX,
     PR_KMIN,
     PR_LINK_EVENTS,
+    PR_MAX_TX,
     PR_PFC,
     PR_STOP,
     PR_XOFF,
     SC_DROPPED,
     SC_ECN_MARKED,
+    SC_REACHED,
     SC_XMIT_DISCARDS,
     SE_ECN_MARKED,
     SE_XMIT_DISCARDS,
@@ -87,14 +91,30 @@ def forward_tx(run, heap, ch, series, fl, rob, qps, tr, pk, c, p, now):
     """Switch port c starts sending packet p. On a sink channel (`Channels.sink`) its destination
     receives it now, at the time it will arrive: nothing can reach the packet on that wire, and the
     wire keeps a flow's packets in order, so its delivery is the same as at an EV_ARRIVE then, for
-    one event less a packet. (Only the order among events of one instant, shuffled, may differ.)"""
-    stop = run.pr[PR_STOP]
-    if ch.sink[c] == 1 and ch.target[c] == fl.dst_node[pk.flow[p]]:
+    one event less a packet. (Only the order among events of one instant, shuffled, may differ.)
+
+    The packet keeps its event when its arrival is beyond a time limit (the run stops before it) or
+    beyond the series' columns (the event grows them, as it did); without Go-Back-N, when its flow's
+    reorder window is not empty behind it (a packet of the flow dropped upstream meanwhile would
+    settle between them, and the window's counts depend on that order); and when a packet of its
+    flow ahead of it on this wire kept its event and has not arrived (`Flows.sink_wait`), so that
+    the flow's deliveries are handled in the order they arrive."""
+    pr = run.pr
+    f = pk.flow[p]
+    if ch.sink[c] == 1 and ch.target[c] == fl.dst_node[f]:
         at = start_tx(run, heap, ch, series, pk, c, p, now, False)
-        if stop == 0 or at <= stop:
+        if (
+            fl.sink_wait[f] < now
+            and (pr[PR_STOP] == 0 or at <= pr[PR_STOP])
+            and at + pr[PR_MAX_TX] < pr[PR_BINS] * pr[PR_INTERVAL]
+            and (pr[PR_GBN] == 1 or (pk.seq[p] == fl.next_seq[f] and fl.rob_bytes[f] == 0))
+        ):
+            if at > run.sc[SC_REACHED]:
+                run.sc[SC_REACHED] = at
             deliver(run, heap, fl, rob, qps, tr, pk, p, at)
             return
-        schedule(heap, run.sc, at, EV_ARRIVE, p)  # after a time limit: the run stops before it
+        fl.sink_wait[f] = at
+        schedule(heap, run.sc, at, EV_ARRIVE, p)
         return
     start_tx(run, heap, ch, series, pk, c, p, now)
 
