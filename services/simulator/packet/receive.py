@@ -60,4 +60,4 @@ def deliver(run, heap, fl, rob, qps, tr, pk, p, now):
     rob.hist[min(occupancy, rob.hist.shape[0] - 1)] += 1
     free_packet(run, pk, p)
     if fl.recv[f] + fl.lost[f] >= fl.size[f]:
-        flow_accounted(run, heap, fl, rob, qps, tr, f, max(now, fl.last_rx[f]))
+        flow_accounted(run, heap, fl, rob, qps, tr, f, now)  # its latest delivery: in order on the wire
