@@ -269,6 +269,17 @@ def timed_fabric(k: int) -> tuple[FabricSnapshot, int, dict[str, float]]:
     return snapshot, len(wire), phases
 
 
+def _timed_run(spec: dict, snapshot: FabricSnapshot, sink_delivery: bool) -> tuple[float, SimulationOutcome]:
+    """Wall seconds and outcome of one run, with sink deliveries on or off (the engine's default: on)."""
+    packet_arrays.SINK_DELIVERY = sink_delivery
+    try:
+        start = time.perf_counter()
+        outcome = run_simulation(spec, snapshot)
+        return time.perf_counter() - start, outcome
+    finally:
+        packet_arrays.SINK_DELIVERY = True
+
+
 def _allreduce_k32(mode: str) -> dict:
     """A 64 MiB ring AllReduce over `FABRICTWIN_BENCH_K32_RANKS` ranks (default 8,192: every host)
     on a k=32 fat-tree (8,192 hosts, 1,280 switches, 400 Gb/s), each phase timed: the fabric's
@@ -288,13 +299,7 @@ def _allreduce_k32(mode: str) -> dict:
     if K32_TIME_LIMIT_NS:
         spec["time_limit_ns"] = K32_TIME_LIMIT_NS
     estimate = check_simulation(SimulationSpec.from_dict(spec), snapshot).estimate
-    packet_arrays.SINK_DELIVERY = K32_SINK_DELIVERY
-    try:
-        start = time.perf_counter()
-        outcome = run_simulation(spec, snapshot)
-        wall = time.perf_counter() - start
-    finally:
-        packet_arrays.SINK_DELIVERY = True
+    wall, outcome = _timed_run(spec, snapshot, K32_SINK_DELIVERY)
     job, stats = outcome.jobs[0], _packets(outcome)
     phases.update(outcome.phase_seconds)
     return {
@@ -463,13 +468,7 @@ def sink_delivery_k16() -> dict:
     for mode in ("ECMP", "ADAPTIVE"):
         runs = {}
         for folded in (False, True):
-            packet_arrays.SINK_DELIVERY = folded
-            try:
-                start = time.perf_counter()
-                outcome = run_simulation(_allreduce_spec(k16, mode, 1024), k16)
-                wall = time.perf_counter() - start
-            finally:
-                packet_arrays.SINK_DELIVERY = True
+            wall, outcome = _timed_run(_allreduce_spec(k16, mode, 1024), k16, folded)
             job, stats = outcome.jobs[0], _packets(outcome)
             runs["sink" if folded else "evented"] = {
                 "wall_s": round(wall, 2),

@@ -420,7 +420,7 @@ class EngineArrays:
         way). Credits are spent and returned as the packet starts; a host holds unlimited credit."""
         into = np.bincount(target, minlength=is_switch.shape[0])
         sink = (self.ch_from_host == 0) & ~is_switch[target] & (into[target] == 1) & (self.ch_loss_kind == 0)
-        flowlet = mode_of(config.load_balancing).packet_code(config.load_balancing) == L.MODE_FLOWLET
+        flowlet = self.pr[L.PR_MODE] == L.MODE_FLOWLET  # (set before the sinks)
         quiet = SINK_DELIVERY and not (
             config.link_events
             or config.dcqcn is not None
