@@ -134,8 +134,18 @@ def _ibsim(netfile: pathlib.Path, env: dict[str, str], timeout_s: float) -> Iter
             proc.stdin.close()
 
 
-def run_opensm(net_text: str, engine: str, workdir: pathlib.Path, *, timeout_s: float = 60.0) -> OpenSMRun:
+def run_opensm(
+    net_text: str,
+    engine: str,
+    workdir: pathlib.Path,
+    *,
+    roots: Sequence[int] | None = None,
+    timeout_s: float = 60.0,
+) -> OpenSMRun:
     """Bring `net_text` up in ibsim, route it once with OpenSM's `engine`, read it all back.
+
+    `roots`: switch GUIDs written to a root GUID file for OpenSM's `-a` (root_guid_file: the roots
+    updn and ftree route from, instead of the ones they find themselves); other engines ignore it.
 
     Raises IbLabError when ibsim rejects the net file, OpenSM fails or falls back to another engine
     (its log says which), or a tool does not finish in time.
@@ -163,6 +173,7 @@ def run_opensm(net_text: str, engine: str, workdir: pathlib.Path, *, timeout_s: 
             [
                 "ibsim-run", "opensm", "-o", "-R", engine, "-D", "0x43",
                 "--dump_files_dir", str(dump_dir), "-f", str(log_path),
+                *root_guid_args(run_dir, roots),
             ],
             env,
             timeout_s,
@@ -181,6 +192,16 @@ def run_opensm(net_text: str, engine: str, workdir: pathlib.Path, *, timeout_s: 
         seconds["dump_fts_s"] = time.monotonic() - t
     seconds["total_s"] = time.monotonic() - started
     return OpenSMRun(engine, topology, lfts.read_text(), tables, log, seconds)
+
+
+def root_guid_args(run_dir: pathlib.Path, roots: Sequence[int] | None) -> list[str]:
+    """OpenSM's `-a FILE` for `roots` (switch GUIDs, one a line in FILE, as OpenSM's parse_node_map
+    reads them), written into `run_dir`; no arguments without roots."""
+    if roots is None:
+        return []
+    path = run_dir / "root-guids.txt"
+    path.write_text("".join(f"0x{int(guid):016x}\n" for guid in roots))
+    return ["-a", str(path)]
 
 
 def _check_routed(engine: str, log: str, log_path: pathlib.Path) -> None:
