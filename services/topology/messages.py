@@ -5,10 +5,12 @@ Plain translation: records, fabric arrays, routing changes and events in, proto 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fabrictwin.v1 import topology_pb2
 from google.protobuf import json_format
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, quote
 from services.topology.events import FabricEvent
 from services.topology.fabric import Fabric, format_ipv4
 from services.topology.formats import IMPORT_FORMATS as FORMAT_IMPORTS
@@ -27,8 +29,18 @@ __all__ = [
     "link_message",
     "node_message",
     "node_name",
+    "reroute_name",
+    "root_guids",
     "routing_summary",
 ]
+
+_MAX_ROOTS = 65_536  # OpenSM's root GUID file has no limit; a fabric has at most this many switches
+_SELECTION = {"detected": topology_pb2.ROOT_SELECTION_DETECTED, "given": topology_pb2.ROOT_SELECTION_GIVEN}
+_REROUTE = {
+    "incremental": topology_pb2.REROUTE_MODE_INCREMENTAL,
+    "fresh": topology_pb2.REROUTE_MODE_FRESH,
+    "full": topology_pb2.REROUTE_MODE_FULL,
+}
 
 # What ImportFabric takes is what the formats package imports (one list; `opensm_lfts` is not among them).
 IMPORT_FORMATS = FORMAT_IMPORTS
@@ -45,6 +57,34 @@ def engine_name(value: topology_pb2.RoutingEngine.ValueType, field: str) -> str 
 
 def engine_value(name: str) -> topology_pb2.RoutingEngine.ValueType:
     return topology_pb2.RoutingEngine.Value("ROUTING_ENGINE_" + name.upper())
+
+
+def reroute_name(value: topology_pb2.RerouteMode.ValueType, field: str = "reroute") -> str | None:
+    """'incremental' / 'fresh'; None for UNSPECIFIED; InvalidArgument for FULL or unknown numbers."""
+    if value == topology_pb2.REROUTE_MODE_UNSPECIFIED:
+        return None
+    names = {number: name for name, number in _REROUTE.items() if name != "full"}
+    if value not in names:
+        raise InvalidArgument(field, f"unknown reroute mode {value}; INCREMENTAL or FRESH")
+    return names[value]
+
+
+def root_guids(values: Sequence[str], field: str = "routing_roots") -> list[int]:
+    """Root switch GUIDs from strings (`0x` + hex, or bare hex, as OpenSM's root GUID file);
+    InvalidArgument naming `field[i]` for one that is no 64-bit GUID."""
+    if len(values) > _MAX_ROOTS:
+        raise InvalidArgument(field, f"{len(values)} GUIDs; at most {_MAX_ROOTS}")
+    out = []
+    for i, text in enumerate(values):
+        digits = text.strip().lower().removeprefix("0x")
+        try:
+            guid = int(digits, 16) if 0 < len(digits) <= 16 else -1
+        except ValueError:
+            guid = -1
+        if guid <= 0:
+            raise InvalidArgument(f"{field}[{i}]", f"{quote(text)} is no GUID (0x and up to 16 hex digits)")
+        out.append(guid)
+    return out
 
 
 def format_name(value: topology_pb2.TopologyFormat.ValueType, field: str = "format") -> str:
@@ -67,7 +107,17 @@ def fabric_message(record: FabricRecord) -> topology_pb2.Fabric:
         routing_version=record.routing_version,
         labels=record.labels,
         import_notes=record.import_notes,
+        routing_roots=[f"{guid:#018x}" for guid in record.routing_roots],
+        reroute=_REROUTE[record.reroute],
     )
+    outcome = record.outcome
+    if outcome is not None and outcome.engine_used:
+        message.engine_used = engine_value(outcome.engine_used)
+        message.fallback_reason = outcome.fallback_reason
+        message.roots_used.extend(f"{guid:#018x}" for guid in outcome.roots)
+        message.root_selection = _SELECTION.get(
+            outcome.root_selection, topology_pb2.ROOT_SELECTION_UNSPECIFIED
+        )
     if record.spec is not None:
         json_format.ParseDict(record.spec, message.spec)
     elif record.imported_format:
@@ -118,17 +168,35 @@ def link_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Link:
     )
 
 
+_MAX_SWITCHES_LISTED = 1000
+
+
 def routing_summary(change: RoutingChange) -> topology_pb2.RoutingSummary:
-    record, routes = change.routed.record, change.routed.routes
+    record, routes, fabric = change.routed.record, change.routed.routes, change.routed.fabric
+    roots = [] if routes.roots is None else routes.roots.tolist()
     return topology_pb2.RoutingSummary(
         fabric=f"fabrics/{record.id}",
         routing_engine=engine_value(record.routing_engine),
         routing_version=record.routing_version,
         compute_ns=routes.compute_ns,
         changed_entries=change.changed_entries,
-        changed_switches=change.changed_switches,
+        changed_switches=max(change.changed_switches, int(change.lft_switches.shape[0])),
         unreachable_pairs=routes.unreachable_pairs,
         incremental=routes.incremental,
+        engine_used=engine_value(routes.engine_used),
+        fallback_reason=routes.fallback_reason,
+        roots=[node_name(record.id, fabric, node) for node in roots],
+        root_selection=_SELECTION.get(routes.roots_source, topology_pb2.ROOT_SELECTION_UNSPECIFIED),
+        reroute=_REROUTE[change.mode],
+        changed_lft_entries=change.changed_lft_entries,
+        changed_per_switch=[
+            topology_pb2.SwitchChanges(switch=node_name(record.id, fabric, int(node)), lft_entries=int(count))
+            for node, count in zip(
+                change.lft_switches[:_MAX_SWITCHES_LISTED].tolist(),
+                change.lft_counts[:_MAX_SWITCHES_LISTED].tolist(),
+                strict=True,
+            )
+        ],
     )
 
 

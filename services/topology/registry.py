@@ -7,11 +7,12 @@ before any of that work starts (limits.py), which bounds how long any one step c
 is cancelled (or a server that stops) while a step runs lets that step finish in its thread but starts
 no further step, so nothing half-made is stored.
 Routed fabrics are cached by (fabric id, routing_version); a restart recomputes routes from the
-stored engine name, link states and (for `file`) the stored dump. Changes to one fabric (link
-state, routes, updates, deletion) are serialised by a per-fabric lock, persisted, then published
-to WatchFabric subscribers. `routing_version` rises whenever a snapshot would differ: a forwarding
-table changed, or a link's state or bit error rate did. What-if snapshots (links DOWN, nothing
-stored) are computed by what_if.py and cached there.
+stored engine name, root GUIDs, link states and (for `file`) the stored dump, and puts back the LFTs
+a running subnet manager's sweep kept (routing/sweep.py) where they differ from a fresh routing.
+Changes to one fabric (link state, routes, updates, deletion) are serialised by a per-fabric lock,
+persisted, then published to WatchFabric subscribers. `routing_version` rises whenever a snapshot
+would differ: a forwarding table changed, or a link's state or bit error rate did. What-if snapshots
+(links DOWN, nothing stored) are computed by what_if.py and cached there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from services.common.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from services.common.snapshot import FabricSnapshot
 from services.topology.events import EventKind, FabricEvent, FabricEvents
@@ -31,10 +34,14 @@ from services.topology.fabric import Fabric, LinkState
 from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
 from services.topology.lfts_dump import write_lfts_dump
 from services.topology.limits import DEFAULT_LIMITS, FabricLimits
-from services.topology.routing import FILE_ENGINE, Routes, diff_routes, engine_named
+from services.topology.routing import FILE_ENGINE, ROOTED_ENGINES, Routes, diff_routes, engine_named
+from services.topology.routing.balance import node_guid_keys
+from services.topology.routing.routes import lft_changes
+from services.topology.routing.sweep import REROUTE_MODES, reroute
+from services.topology.routing.updn import check_roots_reach, root_nodes
 from services.topology.snapshots import build_snapshot
 from services.topology.specs import from_spec, normalise_spec
-from services.topology.store import FabricRecord, TopologyStore
+from services.topology.store import FabricRecord, RoutingOutcome, TopologyStore
 from services.topology.what_if import WhatIfCache, WhatIfSnapshot, down_link_set, reroute_with_links_down
 
 __all__ = ["FabricRegistry", "LinkChange", "RoutedFabric", "RoutingChange"]
@@ -66,8 +73,16 @@ class RoutingChange:
     """What a routing computation did."""
 
     routed: RoutedFabric
-    changed_entries: int
+    changed_entries: int  # entries whose LFT port or equal-cost set changed
     changed_switches: int
+    mode: str = "full"  # "full" (first routing, ComputeRoutes), "incremental" or "fresh"
+    # switches whose LFT entries changed (nodes, most changed first) and how many changed at each
+    lft_switches: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    lft_counts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def changed_lft_entries(self) -> int:
+        return int(self.lft_counts.sum())
 
     @property
     def routes(self) -> Routes:
@@ -95,9 +110,39 @@ def _check_engine(engine: str, field: str = "routing_engine") -> None:
     engine_named(engine, field)
 
 
-def _route_new(fabric: Fabric, engine: str) -> Routes:
+def _check_routing(engine: str, roots: Sequence[int], reroute_mode: str) -> None:
+    """The routing settings before any heavy work: roots only for updn and ftree, a known mode."""
+    if roots and engine not in ROOTED_ENGINES:
+        raise InvalidArgument(
+            "routing_roots", f"only {' and '.join(ROOTED_ENGINES)} take root switches, not {engine}"
+        )
+    if reroute_mode not in REROUTE_MODES:
+        raise InvalidArgument(
+            "reroute", f"unknown reroute mode {reroute_mode!r}; known: {', '.join(REROUTE_MODES)}"
+        )
+
+
+def _route_new(fabric: Fabric, engine: str, roots: Sequence[int] = ()) -> Routes:
     fabric.validate()
-    return engine_named(engine).compute(fabric)
+    if roots:
+        check_roots_reach(fabric, root_nodes(fabric, roots))
+    return engine_named(engine, roots=roots).compute(fabric)
+
+
+def outcome_of(fabric: Fabric, routes: Routes) -> RoutingOutcome:
+    """How `routes` were made, for the store (roots by GUID)."""
+    guids = node_guid_keys(fabric)
+    roots = () if routes.roots is None else tuple(int(guids[n]) for n in routes.roots.tolist())
+    return RoutingOutcome(routes.engine_used, routes.fallback_reason, roots, routes.roots_source)
+
+
+def _change(
+    old_fabric: Fabric, old: Routes, routed: RoutedFabric, mode: str, rows: np.ndarray | None = None
+) -> RoutingChange:
+    """The RoutingChange from `old` to `routed`'s routes (`rows`: the only rows that may differ)."""
+    entries, switches = diff_routes(old_fabric, old, routed.fabric, routed.routes, rows)
+    nodes, counts = lft_changes(routed.fabric, old, routed.routes, rows)
+    return RoutingChange(routed, entries, switches, mode, nodes, counts)
 
 
 class FabricRegistry:
@@ -146,16 +191,22 @@ class FabricRegistry:
         spec: Mapping[str, Any],
         engine: str,
         labels: Mapping[str, str],
+        *,
+        roots: Sequence[int] = (),
+        reroute_mode: str = "incremental",
     ) -> RoutedFabric:
         """Generate, route and store a fabric (routing version 1); AlreadyExists if the id is taken,
         ResourceExhausted if it is beyond the limits (before it is built)."""
         spec = normalise_spec(spec)
         _check_engine(engine)  # before the heavy work
+        _check_routing(engine, roots, reroute_mode)
         self.limits.admit_labels(labels)
         if await asyncio.to_thread(self.store.exists, fabric_id):
             raise AlreadyExists(f"fabrics/{fabric_id} already exists")
         fabric = await asyncio.to_thread(from_spec, spec, self.limits)
-        return await self._add(fabric_id, display_name, fabric, engine, labels, spec=spec)
+        return await self._add(
+            fabric_id, display_name, fabric, engine, labels, spec=spec, roots=roots, reroute_mode=reroute_mode
+        )
 
     async def import_(
         self,
@@ -171,11 +222,14 @@ class FabricRegistry:
         documents: list[tuple[str, str]] | None = None,
         archive: bytes = b"",
         port_speeds_gbps: Mapping[str, float] | None = None,
+        roots: Sequence[int] = (),
+        reroute_mode: str = "incremental",
     ) -> RoutedFabric:
         """Parse a dump (services.topology.formats), route and store it; nothing is stored on error."""
         from services.topology.formats import import_fabric  # the formats package loads its parsers lazily
 
         _check_engine(engine)
+        _check_routing(engine, roots, reroute_mode)
         if await asyncio.to_thread(self.store.exists, fabric_id):
             raise AlreadyExists(f"fabrics/{fabric_id} already exists")
         fabric = await asyncio.to_thread(
@@ -192,7 +246,16 @@ class FabricRegistry:
                 limits=self.limits,
             )
         )
-        return await self._add(fabric_id, display_name, fabric, engine, {}, imported_format=format)
+        return await self._add(
+            fabric_id,
+            display_name,
+            fabric,
+            engine,
+            {},
+            imported_format=format,
+            roots=roots,
+            reroute_mode=reroute_mode,
+        )
 
     async def _add(
         self,
@@ -204,8 +267,10 @@ class FabricRegistry:
         *,
         spec: dict[str, Any] | None = None,
         imported_format: str | None = None,
+        roots: Sequence[int] = (),
+        reroute_mode: str = "incremental",
     ) -> RoutedFabric:
-        routes = await asyncio.to_thread(_route_new, fabric, engine)
+        routes = await asyncio.to_thread(_route_new, fabric, engine, roots)
         now = _now()
         record = FabricRecord(
             id=fabric_id,
@@ -221,6 +286,9 @@ class FabricRegistry:
             create_time=now,
             update_time=now,
             import_notes=list(fabric.import_notes),
+            routing_roots=list(roots),
+            reroute=reroute_mode,
+            outcome=outcome_of(fabric, routes),
         )
         await asyncio.to_thread(self.store.add, record, fabric)
         return self._remember(RoutedFabric(record, fabric, routes))
@@ -249,8 +317,12 @@ class FabricRegistry:
                 return self._cache[key]
             fabric = await asyncio.to_thread(self.store.load_fabric, fabric_id)
             dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
-            router = engine_named(record.routing_engine, lfts_dump=dump)
+            router = engine_named(record.routing_engine, lfts_dump=dump, roots=record.routing_roots)
             routes = await asyncio.to_thread(router.compute, fabric)
+            kept = await asyncio.to_thread(self.store.stored_lft, fabric_id, record.routing_version)
+            if kept is not None and kept.shape == routes.table.lft_ports.shape:  # a sweep kept entries
+                table = dataclasses.replace(routes.table, lft_ports=kept.astype(routes.table.lft_ports.dtype))
+                routes = dataclasses.replace(routes, table=table, kept_entries=True, _lookup=None)
             return self._remember(RoutedFabric(record, fabric, routes))
 
     async def routed_at(self, fabric_id: str, routing_version: int = 0) -> RoutedFabric:
@@ -305,7 +377,11 @@ class FabricRegistry:
             dump = None
             if not engine and record.routing_engine == FILE_ENGINE:
                 dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
-            router = engine_named(engine or record.routing_engine, lfts_dump=dump)
+            router = engine_named(
+                engine or record.routing_engine,
+                lfts_dump=dump,
+                roots=record.routing_roots if (engine or record.routing_engine) in ROOTED_ENGINES else (),
+            )
             return await asyncio.to_thread(
                 functools.partial(
                     reroute_with_links_down,
@@ -317,6 +393,7 @@ class FabricRegistry:
                     record.routing_version,
                     up,
                     from_scratch=bool(engine),
+                    mode=record.reroute,
                 )
             )
 
@@ -343,39 +420,70 @@ class FabricRegistry:
         self._locks.pop(fabric_id, None)
         self.events.publish(FabricEvent(EventKind.FABRIC_DELETED, fabric_id, _now()))
 
-    async def compute_routes(self, fabric_id: str, engine: str | None, lfts_dump: str = "") -> RoutingChange:
-        """Recompute every table (with another engine if given; `file` needs `lfts_dump`).
+    async def compute_routes(
+        self,
+        fabric_id: str,
+        engine: str | None,
+        lfts_dump: str = "",
+        *,
+        roots: Sequence[int] | None = None,
+        reroute_mode: str | None = None,
+    ) -> RoutingChange:
+        """Recompute every table from scratch (with another engine if given; `file` needs
+        `lfts_dump`; with `roots` (updn/ftree root GUIDs, [] to detect them as OpenSM does) and
+        `reroute_mode` replacing the fabric's where given).
 
-        The routing version rises only if some table, the engine or the dump changed.
+        The routing version rises only if some table, the engine, the dump or a setting changed.
         """
         current = await self.routed(fabric_id)
         engine = engine or current.record.routing_engine
         if lfts_dump and engine != FILE_ENGINE:
             raise InvalidArgument("lfts_dump", f"only the file engine reads a dump, not {engine}")
+        if roots is None:  # keep the fabric's roots while the engine takes them
+            roots = current.record.routing_roots if engine in ROOTED_ENGINES else []
+        _check_routing(engine, roots, reroute_mode or current.record.reroute)
+        if roots:
+            await asyncio.to_thread(check_roots_reach, current.fabric, root_nodes(current.fabric, roots))
         stored_dump = None
         if engine == FILE_ENGINE and not lfts_dump:
             stored_dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
             if stored_dump is None:
                 raise InvalidArgument("lfts_dump", _NEEDS_DUMP)
-        router = engine_named(engine, lfts_dump=lfts_dump or stored_dump)
+        router = engine_named(engine, lfts_dump=lfts_dump or stored_dump, roots=roots)
         async with self._locks[fabric_id]:
             current = await self.routed(fabric_id)
             routes = await asyncio.to_thread(router.compute, current.fabric)
-            entries, switches = await asyncio.to_thread(
-                diff_routes, current.fabric, current.routes, current.fabric, routes
+            change = await asyncio.to_thread(
+                _change,
+                current.fabric,
+                current.routes,
+                RoutedFabric(current.record, current.fabric, routes),
+                "full",
             )
             record = current.record
-            if entries or engine != record.routing_engine or lfts_dump:
+            settings = (list(roots), reroute_mode or record.reroute)
+            if (
+                change.changed_entries
+                or change.changed_lft_entries
+                or engine != record.routing_engine
+                or lfts_dump
+                or settings != (record.routing_roots, record.reroute)
+            ):
                 record = await asyncio.to_thread(
-                    self.store.set_routing,
-                    fabric_id,
-                    engine,
-                    record.routing_version + 1,
-                    _now(),
-                    lfts_dump or None,
+                    functools.partial(
+                        self.store.set_routing,
+                        fabric_id,
+                        engine,
+                        record.routing_version + 1,
+                        _now(),
+                        lfts_dump or None,
+                        outcome=outcome_of(current.fabric, routes),
+                        roots=settings[0],
+                        reroute=settings[1],
+                    )
                 )
-            change = RoutingChange(
-                self._remember(RoutedFabric(record, current.fabric, routes)), entries, switches
+            change = dataclasses.replace(
+                change, routed=self._remember(RoutedFabric(record, current.fabric, routes))
             )
         if record.routing_version != current.record.routing_version:
             self.events.publish(FabricEvent(EventKind.ROUTES_CHANGED, fabric_id, _now(), routing=change))
@@ -434,19 +542,25 @@ class FabricRegistry:
             dump = None
             if current.record.routing_engine == FILE_ENGINE:
                 dump = await asyncio.to_thread(self.store.routing_file, fabric_id)
-            router = engine_named(current.record.routing_engine, lfts_dump=dump)
-            routes = await asyncio.to_thread(router.reroute, changed, current.routes)
-            entries, switches = await asyncio.to_thread(
-                diff_routes, fabric, current.routes, changed, routes, routes.changed_rows
-            )
+            record = current.record
+            router = engine_named(record.routing_engine, lfts_dump=dump, roots=record.routing_roots)
+            routes = await asyncio.to_thread(reroute, router, changed, current.routes, record.reroute)
+            routing = await asyncio.to_thread(
+                _change, fabric, current.routes, RoutedFabric(record, changed, routes), record.reroute,
+                routes.changed_rows,
+            )  # fmt: skip
             record = await asyncio.to_thread(
                 self.store.set_link_states,
                 fabric_id,
                 [(link, int(states[link]), float(bers[link])) for link in changed_links],
-                current.record.routing_version + 1,
+                record.routing_version + 1,
                 _now(),
+                routes.table.lft_ports if routes.kept_entries else None,
+                outcome_of(changed, routes),
             )
-            routing = RoutingChange(self._remember(RoutedFabric(record, changed, routes)), entries, switches)
+            routing = dataclasses.replace(
+                routing, routed=self._remember(RoutedFabric(record, changed, routes))
+            )
         now = _now()
         for link in changed_links:
             self.events.publish(

@@ -33,6 +33,8 @@ from services.topology.messages import (
     link_message,
     node_message,
     node_name,
+    reroute_name,
+    root_guids,
     routing_summary,
 )
 from services.topology.registry import FabricRegistry, RoutedFabric
@@ -151,7 +153,13 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
         spec = json_format.MessageToDict(request.spec, preserving_proto_field_name=True)
         engine = engine_name(request.routing_engine, "routing_engine") or "minhop"
         routed = await self.registry.create(
-            fabric_id, request.display_name, spec, engine, dict(request.labels)
+            fabric_id,
+            request.display_name,
+            spec,
+            engine,
+            dict(request.labels),
+            roots=root_guids(request.routing_roots),
+            reroute_mode=reroute_name(request.reroute) or "incremental",
         )
         return fabric_message(routed.record)
 
@@ -178,6 +186,8 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
             documents=[(document.name, document.content) for document in request.documents],
             archive=request.archive,
             port_speeds_gbps=dict(request.port_speeds_gbps),
+            roots=root_guids(request.routing_roots),
+            reroute_mode=reroute_name(request.reroute) or "incremental",
         )
         return fabric_message(routed.record)
 
@@ -357,8 +367,15 @@ class TopologyServicer(topology_pb2_grpc.TopologyServiceServicer):
 
     async def ComputeRoutes(self, request, context):
         fabric_id = _fabric_id(request.name)
+        roots = root_guids(request.routing_roots)
+        if request.detect_roots and roots:
+            raise InvalidArgument("detect_roots", "give routing_roots or detect_roots, not both")
         change = await self.registry.compute_routes(
-            fabric_id, engine_name(request.routing_engine, "routing_engine"), request.lfts_dump
+            fabric_id,
+            engine_name(request.routing_engine, "routing_engine"),
+            request.lfts_dump,
+            roots=[] if request.detect_roots else (roots or None),
+            reroute_mode=reroute_name(request.reroute),
         )
         return routing_summary(change)
 

@@ -1,10 +1,14 @@
 """SQL store of fabrics: one row per fabric, node and link, so a restart loses nothing.
 
-Routes are not stored: they are recomputed on load from the stored engine name and link states
-(routing is deterministic for a given fabric, link states and engine, and an incremental reroute
-equals a full one), and `routing_version` is kept so clients see the same version after a restart.
-Link state changes update the link row and the fabric's version in one transaction. The `file`
-engine's opensm-lfts.dump text is kept in its own table (one row per fabric routed by it).
+Routes are recomputed on load from the stored engine name, root GUIDs and link states (routing is
+deterministic for a given fabric, link states, engine and roots), and `routing_version` is kept so
+clients see the same version after a restart. A running subnet manager's sweep keeps forwarding
+entries of the tables before it, so its LFTs depend on the fabric's history: when they differ from a
+fresh routing they are stored too (`routing_tables`, one compressed array per fabric, for its
+current routing version) and put back on load. Link state changes update the link row, the stored
+LFTs and the fabric's version in one transaction. The `file` engine's opensm-lfts.dump text is kept
+in its own table (one row per fabric routed by it); the routing settings a fabric was given (root
+GUIDs, the reroute mode) in another.
 Rows are written in bulk (Core `insert()` with lists of dicts) inside one transaction, so a fabric
 is either stored whole or not at all. Tables are created on start (`metadata.create_all`; a new
 table appears in an old database, no existing table changes); migrations arrive with Alembic.
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +34,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -44,7 +51,7 @@ from sqlalchemy.exc import IntegrityError
 from services.common.errors import AlreadyExists, NotFound
 from services.topology.fabric import Fabric
 
-__all__ = ["FabricRecord", "TopologyStore"]
+__all__ = ["FabricRecord", "RoutingOutcome", "TopologyStore"]
 
 
 @dataclasses.dataclass
@@ -64,6 +71,30 @@ class FabricRecord:
     create_time: dt.datetime
     update_time: dt.datetime
     import_notes: list[str] = dataclasses.field(default_factory=list)  # what the import noticed
+    routing_roots: list[int] = dataclasses.field(default_factory=list)  # updn/ftree root GUIDs (empty: found)
+    reroute: str = "incremental"  # how link state changes reroute: "incremental" or "fresh"
+    outcome: RoutingOutcome | None = None  # how the current tables were made (None: not recorded)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoutingOutcome:
+    """How a fabric's current tables were made: the engine used (the one asked for, or minhop where
+    it fell back, and why) and updn's or ftree's roots (GUIDs) with how they were chosen."""
+
+    engine_used: str
+    fallback_reason: str = ""
+    roots: tuple[int, ...] = ()
+    root_selection: str = ""  # "detected", "given" or "" (no roots)
+
+
+def _outcome(settings: Any) -> RoutingOutcome:
+    """The RoutingOutcome of a routing_settings row."""
+    return RoutingOutcome(
+        engine_used=settings.engine_used,
+        fallback_reason=settings.fallback_reason,
+        roots=tuple(int(guid, 16) for guid in settings.roots_used),
+        root_selection=settings.root_selection,
+    )
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -147,18 +178,86 @@ class TopologyStore:
             Column("notes", JSON, nullable=False),
         )
 
+        # Routing settings (root GUIDs, reroute mode) and how the current tables were made, one row
+        # per fabric (fabrics stored before this table existed have none: the defaults).
+        self.routing_settings = Table(
+            f"{p}routing_settings",
+            self.metadata,
+            Column(
+                "fabric_id", String(63), ForeignKey(f"{p}fabrics.id", ondelete="CASCADE"), primary_key=True
+            ),
+            Column("roots", JSON, nullable=False),  # given GUIDs as "0x..." strings
+            Column("reroute", String(16), nullable=False),
+            Column("engine_used", String(32), nullable=False),
+            Column("fallback_reason", Text, nullable=False),
+            Column("roots_used", JSON, nullable=False),  # GUIDs as "0x..." strings
+            Column("root_selection", String(16), nullable=False),
+        )
+        # LFTs that kept entries of earlier tables (a running subnet manager's sweep), for the
+        # fabric's routing version they were made for: np.save'd int array, zlib-compressed.
+        self.lft_tables = Table(
+            f"{p}routing_tables",
+            self.metadata,
+            Column(
+                "fabric_id", String(63), ForeignKey(f"{p}fabrics.id", ondelete="CASCADE"), primary_key=True
+            ),
+            Column("routing_version", BigInteger, nullable=False),
+            Column("lft", LargeBinary, nullable=False),
+        )
+
     def create_tables(self) -> None:
         self.metadata.create_all(self.engine)
 
     def drop_tables(self) -> None:
         self.metadata.drop_all(self.engine)
 
-    def _record(self, row: Any, notes: list[str] | None = None) -> FabricRecord:
+    def _record(self, row: Any, notes: list[str] | None = None, settings: Any = None) -> FabricRecord:
         values = row._asdict()
         values["create_time"] = _utc(values["create_time"])
         values["update_time"] = _utc(values["update_time"])
         values["labels"] = dict(values["labels"] or {})
+        if settings is not None:
+            values["routing_roots"] = [int(guid, 16) for guid in settings.roots]
+            values["reroute"] = settings.reroute
+            values["outcome"] = _outcome(settings)
         return FabricRecord(**values, import_notes=list(notes or []))
+
+    def _settings(self, conn: Any, fabric_ids: list[str]) -> dict[str, Any]:
+        if not fabric_ids:
+            return {}
+        t = self.routing_settings
+        return {row.fabric_id: row for row in conn.execute(select(t).where(t.c.fabric_id.in_(fabric_ids)))}
+
+    def _write_settings(
+        self,
+        conn: Any,
+        fabric_id: str,
+        outcome: RoutingOutcome | None,
+        roots: Sequence[int] | None = None,
+        reroute: str | None = None,
+    ) -> None:
+        """Replace the fabric's settings row: `roots`, `reroute` and `outcome` where given, else as
+        stored (or the defaults)."""
+        t = self.routing_settings
+        current = self._settings(conn, [fabric_id]).get(fabric_id)
+        if roots is None:
+            roots = [] if current is None else [int(g, 16) for g in current.roots]
+        if reroute is None:
+            reroute = "incremental" if current is None else current.reroute
+        if outcome is None:
+            outcome = RoutingOutcome(engine_used="") if current is None else _outcome(current)
+        conn.execute(delete(t).where(t.c.fabric_id == fabric_id))
+        conn.execute(
+            insert(t).values(
+                fabric_id=fabric_id,
+                roots=[f"{g:#018x}" for g in roots],
+                reroute=reroute,
+                engine_used=outcome.engine_used,
+                fallback_reason=outcome.fallback_reason,
+                roots_used=[f"{g:#018x}" for g in outcome.roots],
+                root_selection=outcome.root_selection,
+            )
+        )
 
     def _notes(self, conn: Any, fabric_ids: list[str]) -> dict[str, list[str]]:
         if not fabric_ids:
@@ -195,7 +294,10 @@ class TopologyStore:
             with self.engine.begin() as conn:
                 row = dataclasses.asdict(record)
                 notes = row.pop("import_notes")
+                roots, reroute = row.pop("routing_roots"), row.pop("reroute")
+                row.pop("outcome")
                 conn.execute(insert(self.fabrics).values(**row))
+                self._write_settings(conn, fid, record.outcome, roots, reroute)
                 if notes or fabric.link_port_names is not None:
                     names = (
                         None if fabric.link_port_names is None else [list(s) for s in fabric.link_port_names]
@@ -222,9 +324,10 @@ class TopologyStore:
         with self.engine.connect() as conn:
             row = conn.execute(select(self.fabrics).where(self.fabrics.c.id == fabric_id)).first()
             notes = self._notes(conn, [fabric_id])
+            settings = self._settings(conn, [fabric_id])
         if row is None:
             raise NotFound(f"fabrics/{fabric_id} does not exist")
-        return self._record(row, notes.get(fabric_id))
+        return self._record(row, notes.get(fabric_id), settings.get(fabric_id))
 
     def list(self, offset: int, limit: int) -> list[FabricRecord]:
         """Records in creation order (then id), `limit` of them from `offset`."""
@@ -237,7 +340,8 @@ class TopologyStore:
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
             notes = self._notes(conn, [row.id for row in rows])
-        return [self._record(row, notes.get(row.id)) for row in rows]
+            settings = self._settings(conn, [row.id for row in rows])
+        return [self._record(row, notes.get(row.id), settings.get(row.id)) for row in rows]
 
     def count(self) -> int:
         with self.engine.connect() as conn:
@@ -247,6 +351,8 @@ class TopologyStore:
         """Delete the fabric with its nodes and links; NotFound if there is none."""
         with self.engine.begin() as conn:
             conn.execute(delete(self.routing_files).where(self.routing_files.c.fabric_id == fabric_id))
+            conn.execute(delete(self.routing_settings).where(self.routing_settings.c.fabric_id == fabric_id))
+            conn.execute(delete(self.lft_tables).where(self.lft_tables.c.fabric_id == fabric_id))
             conn.execute(delete(self.imports).where(self.imports.c.fabric_id == fabric_id))
             conn.execute(delete(self.links).where(self.links.c.fabric_id == fabric_id))
             conn.execute(delete(self.nodes).where(self.nodes.c.fabric_id == fabric_id))
@@ -255,9 +361,20 @@ class TopologyStore:
                 raise NotFound(f"fabrics/{fabric_id} does not exist")
 
     def set_routing(
-        self, fabric_id: str, engine: str, version: int, when: dt.datetime, lfts_dump: str | None = None
+        self,
+        fabric_id: str,
+        engine: str,
+        version: int,
+        when: dt.datetime,
+        lfts_dump: str | None = None,
+        *,
+        outcome: RoutingOutcome | None = None,
+        roots: Sequence[int] | None = None,
+        reroute: str | None = None,
     ) -> FabricRecord:
-        """Record a new routing engine/version (and the dump the file engine reads); the updated record."""
+        """Record a new routing engine/version (and the dump the file engine reads, how the tables were
+        made, the root GUIDs and reroute mode where given), routed afresh: no stored LFTs; the updated
+        record."""
         with self.engine.begin() as conn:
             changed = conn.execute(
                 update(self.fabrics)
@@ -267,6 +384,9 @@ class TopologyStore:
             if changed and lfts_dump is not None:
                 conn.execute(delete(self.routing_files).where(self.routing_files.c.fabric_id == fabric_id))
                 conn.execute(insert(self.routing_files).values(fabric_id=fabric_id, content=lfts_dump))
+            if changed:
+                conn.execute(delete(self.lft_tables).where(self.lft_tables.c.fabric_id == fabric_id))
+                self._write_settings(conn, fabric_id, outcome, roots, reroute)
         if not changed:
             raise NotFound(f"fabrics/{fabric_id} does not exist")
         return self.get(fabric_id)
@@ -280,11 +400,21 @@ class TopologyStore:
         return None if row is None else row[0]
 
     def set_link_states(
-        self, fabric_id: str, changes: Sequence[tuple[int, int, float]], version: int, when: dt.datetime
+        self,
+        fabric_id: str,
+        changes: Sequence[tuple[int, int, float]],
+        version: int,
+        when: dt.datetime,
+        lft: np.ndarray | None = None,
+        outcome: RoutingOutcome | None = None,
     ) -> FabricRecord:
-        """Store links' states `(index, state, ber)` and the fabric's new routing version in one
-        transaction: all of them or (NotFound for a missing link) none."""
+        """Store links' states `(index, state, ber)`, the fabric's new routing version, how its tables
+        were made and its LFTs when they kept entries of earlier ones (`lft`; None: a fresh routing
+        gives them) in one transaction: all of them or (NotFound for a missing link) none."""
         with self.engine.begin() as conn:
+            self._write_tables(conn, fabric_id, version, lft)
+            if outcome is not None:
+                self._write_settings(conn, fabric_id, outcome)
             for link, state, ber in changes:
                 changed = conn.execute(
                     update(self.links)
@@ -299,6 +429,26 @@ class TopologyStore:
                 .values(routing_version=version, update_time=when)
             )
         return self.get(fabric_id)
+
+    def _write_tables(self, conn: Any, fabric_id: str, version: int, lft: np.ndarray | None) -> None:
+        t = self.lft_tables
+        conn.execute(delete(t).where(t.c.fabric_id == fabric_id))
+        if lft is not None:
+            buffer = io.BytesIO()
+            np.save(buffer, np.ascontiguousarray(lft), allow_pickle=False)
+            data = zlib.compress(buffer.getvalue(), 6)
+            conn.execute(insert(t).values(fabric_id=fabric_id, routing_version=version, lft=data))
+
+    def stored_lft(self, fabric_id: str, version: int) -> np.ndarray | None:
+        """The stored LFTs of `version` (a sweep that kept entries), None when a fresh routing gives them."""
+        t = self.lft_tables
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.c.lft).where(t.c.fabric_id == fabric_id, t.c.routing_version == version)
+            ).first()
+        if row is None:
+            return None
+        return np.load(io.BytesIO(zlib.decompress(row[0])), allow_pickle=False)
 
     def update_fabric(self, fabric_id: str, values: dict[str, Any], when: dt.datetime) -> FabricRecord:
         """Change `display_name` and/or `labels`; the updated record."""

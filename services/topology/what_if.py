@@ -2,8 +2,9 @@
 
 The packet simulator models a link going down at t and the subnet manager's reaction after a delay:
 the measured time of the route recompute plus a sweep delay. So the recompute here is the one
-SetLinkState runs (`engine.reroute` from the stored routes: incremental for minhop, updn and ftree),
-on a copy of the fabric whose link states say DOWN, and only that call is timed. The stored fabric,
+SetLinkState runs (`routing.sweep.reroute` from the stored routes, in the fabric's reroute mode: by
+default as a running subnet manager sweeps, keeping every entry still valid), on a copy of the fabric
+whose link states say DOWN, and only that call is timed. The stored fabric,
 its routes and its `routing_version` stay as they were; the snapshot carries that version (the
 routes it was recomputed from) and `reroute_seconds`.
 
@@ -25,6 +26,7 @@ import numpy as np
 from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric, LinkState
 from services.topology.routing import Routes, RoutingEngine
+from services.topology.routing.sweep import reroute
 from services.topology.snapshots import build_snapshot
 
 __all__ = ["WhatIfCache", "WhatIfKey", "WhatIfSnapshot", "down_link_set", "reroute_with_links_down"]
@@ -70,11 +72,12 @@ def reroute_with_links_down(
     up: tuple[int, ...] = (),
     *,
     from_scratch: bool = False,
+    mode: str = "incremental",
 ) -> WhatIfSnapshot:
     """The snapshot of `fabric` with links `down` DOWN and links `up` repaired (UP, no bit errors),
-    routed by `router.reroute` from `routes` (the path SetLinkState takes); `fabric` and `routes` are
-    not changed; with `from_scratch`, `router.compute` routes the changed fabric anew (another engine's
-    what-if). Blocking: run it in a thread."""
+    rerouted from `routes` in the fabric's reroute `mode` (routing.sweep.reroute: the path SetLinkState
+    takes); `fabric` and `routes` are not changed; with `from_scratch`, `router.compute` routes the
+    changed fabric anew (another engine's what-if). Blocking: run it in a thread."""
     states = fabric.link_state.copy()
     states[list(down)] = LinkState.DOWN
     states[list(up)] = LinkState.UP
@@ -82,7 +85,7 @@ def reroute_with_links_down(
     bers[list(down) + list(up)] = 0.0  # as SetLinkState: only a DEGRADED link has a bit error rate
     failed = dataclasses.replace(fabric, link_state=states, link_ber=bers)
     started = time.perf_counter()
-    rerouted = router.compute(failed) if from_scratch else router.reroute(failed, routes)
+    rerouted = router.compute(failed) if from_scratch else reroute(router, failed, routes, mode)
     seconds = time.perf_counter() - started
     snapshot = build_snapshot(failed, rerouted, name, routing_version)
     snapshot.reroute_seconds = seconds

@@ -7,6 +7,7 @@ Adding one is adding a module and a line in `ENGINES`. Names follow OpenSM's `-R
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from services.common.errors import InvalidArgument
@@ -21,6 +22,7 @@ from services.topology.routing.updn import UpDown
 __all__ = [
     "ENGINES",
     "FILE_ENGINE",
+    "ROOTED_ENGINES",
     "Path",
     "PathListing",
     "Routes",
@@ -47,14 +49,24 @@ class RoutingEngine(Protocol):
 
 
 ENGINES: dict[str, type[RoutingEngine]] = {"minhop": MinHop, "updn": UpDown, "ftree": FatTree}
+ROOTED_ENGINES: dict[str, type[UpDown] | type[FatTree]] = {"updn": UpDown, "ftree": FatTree}
 FILE_ENGINE = "file"  # needs a dump: engine_named("file", lfts_dump=...)
 
 
-def engine_named(name: str, field: str = "routing_engine", *, lfts_dump: str | None = None) -> RoutingEngine:
+def engine_named(
+    name: str, field: str = "routing_engine", *, lfts_dump: str | None = None, roots: Sequence[int] = ()
+) -> RoutingEngine:
     """An instance of the engine called `name`; InvalidArgument naming `field` otherwise.
 
     The `file` engine needs `lfts_dump` (opensm-lfts.dump text; errors name `lfts_dump` and the line).
+    `roots` (switch GUIDs, as OpenSM's root GUID file) are for updn and ftree; empty: each finds its own.
     """
+    if roots and name not in ROOTED_ENGINES:
+        raise InvalidArgument(
+            "routing_roots", f"only {' and '.join(ROOTED_ENGINES)} take root switches, not {name}"
+        )
+    if name in ROOTED_ENGINES:
+        return ROOTED_ENGINES[name](roots)
     if name in ENGINES:
         return ENGINES[name]()
     if name == FILE_ENGINE:

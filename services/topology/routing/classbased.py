@@ -34,7 +34,17 @@ from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.groups import GroupTable
 from services.topology.routing.routes import Routes
 
-__all__ = ["ClassEngine", "ClassState", "DeliveryPorts"]
+__all__ = ["ClassEngine", "ClassState", "DeliveryPorts", "EngineRefused"]
+
+
+class EngineRefused(Exception):
+    """An engine cannot route this fabric; OpenSM then routes with its fallback engine, minhop, and
+    so does the twin (`ClassEngine` catches this). `reason` says why, in OpenSM's words where it logs
+    any."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class DeliveryPorts:
@@ -116,18 +126,27 @@ class ClassEngine:
 
     # -- the pipeline ---------------------------------------------------------------------------
 
+    def roots(self, extra: Any) -> Any:
+        """The engine state's ranking (roots, how they were found), if it has one."""
+        return None
+
     def compute(self, fabric: Fabric) -> Routes:
-        """Routes of `fabric` over its usable links, everything computed afresh."""
+        """Routes of `fabric` over its usable links, everything computed afresh (minhop's, saying why,
+        when the engine refuses the fabric)."""
         started = time.perf_counter_ns()
         graph = ChannelGraph.of(fabric)
         layout = RowLayout.of(fabric, graph)
+        try:
+            extra = self.engine_state(fabric, graph, layout)
+        except EngineRefused as refusal:
+            return self._fall_back(fabric, None, refusal.reason)
         classes = DestinationClasses.of(fabric, graph)
         state = ClassState(
             graph=graph,
             layout=layout,
             classes=classes,
             per_class={},
-            extra=self.engine_state(fabric, graph, layout),
+            extra=extra,
             groups=GroupTable(layout),
             routing_order_hosts=routing_order(fabric, graph),
             host_nodes=fabric.host_nodes.astype(np.int64),
@@ -146,11 +165,16 @@ class ClassEngine:
         """Routes after link states changed from those `previous` was computed for."""
         started = time.perf_counter_ns()
         old: ClassState | None = previous.state if isinstance(previous.state, ClassState) else None
-        if old is None or previous.engine != self.name or old.graph.num_nodes != fabric.num_nodes:
+        if old is None or previous.engine_used != self.name or old.graph.num_nodes != fabric.num_nodes:
+            if old is not None and previous.engine_used != self.name and self.name != "minhop":
+                try:  # routed by the fallback before: route by this engine again if it can
+                    self.engine_state(fabric, ChannelGraph.of(fabric), old.layout)
+                except EngineRefused as refusal:
+                    return self._fall_back(fabric, previous, refusal.reason)
             return self.compute(fabric)
         graph = ChannelGraph.of(fabric)
         changed_links = np.flatnonzero(graph.usable_link != old.graph.usable_link)
-        if changed_links.size == 0:
+        if changed_links.size == 0 and not previous.kept_entries:
             return dataclasses.replace(
                 previous,
                 compute_ns=time.perf_counter_ns() - started,
@@ -159,7 +183,10 @@ class ClassEngine:
                 changed_rows=np.zeros(0, dtype=np.int64),
                 _lookup=None,
             )
-        extra = self.engine_state(fabric, graph, old.layout)
+        try:
+            extra = self.engine_state(fabric, graph, old.layout)
+        except EngineRefused as refusal:
+            return self._fall_back(fabric, previous, refusal.reason)
         if not self.same_engine_state(old.extra, extra):
             return self.compute(fabric)
         layout = old.layout
@@ -196,6 +223,8 @@ class ClassEngine:
         order = routing_order(fabric, graph)
         if not np.array_equal(order, old.routing_order_hosts):  # a host cable moved OpenSM's walk
             lft_rows.update(range(layout.num_rows))  # every switch balances over the new order
+        if previous.kept_entries:  # its tables kept entries of earlier ones: balance every row afresh
+            lft_rows.update(range(layout.num_rows))
         state = dataclasses.replace(
             old,
             graph=graph,
@@ -223,6 +252,14 @@ class ClassEngine:
         return self._routes(fabric, state, group_ids, lft, started, incremental=True, changed=changed)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _fall_back(self, fabric: Fabric, previous: Routes | None, reason: str) -> Routes:
+        """minhop's routes (rerouted from `previous` where that was minhop's too), as OpenSM falls back."""
+        from services.topology.routing.minhop import MinHop  # minhop is itself a ClassEngine
+
+        minhop = MinHop()
+        routes = minhop.reroute(fabric, previous) if previous is not None else minhop.compute(fabric)
+        return dataclasses.replace(routes, engine=self.name, engine_used=minhop.name, fallback_reason=reason)
 
     @staticmethod
     def _groups_with(groups: GroupTable, channel: int) -> np.ndarray:
@@ -283,9 +320,12 @@ class ClassEngine:
             group_channels=state.groups.channels.astype(np.int32),
             lft_ports=lft.astype(port_type),
         )
+        ranking = self.roots(state.extra)
         return Routes(
             engine=self.name,
             table=table,
+            roots=None if ranking is None else ranking.roots,
+            roots_source="" if ranking is None else ranking.source,
             unreachable_pairs=_unreachable_pairs(state, group_ids),
             compute_ns=time.perf_counter_ns() - started,
             incremental=incremental,

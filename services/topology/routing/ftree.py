@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import hashlib
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,9 +35,10 @@ from services.common.snapshot import DELIVER
 from services.topology.fabric import Fabric
 from services.topology.routing.balance import node_guid_keys
 from services.topology.routing.classbased import ClassState
+from services.topology.routing.ftree_check import check_fat_tree
 from services.topology.routing.ftree_indexing import FullFatTree
 from services.topology.routing.graph import ChannelGraph, RowLayout
-from services.topology.routing.updn import Ranking, UpDownRoutes, rank_switches
+from services.topology.routing.updn import Ranking, UpDownRoutes, ranking_from, root_nodes
 
 __all__ = ["FatTree", "FatTreeLayout"]
 
@@ -178,9 +180,15 @@ class FatTree(UpDownRoutes):
 
     name = "ftree"
 
+    def __init__(self, roots: Sequence[int] = ()) -> None:
+        self.root_guids = tuple(int(guid) for guid in roots)  # empty: ftree's own ranking
+
     def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> FatTreeLayout:
+        """OpenSM's checks first (EngineRefused when it would fall back), then the layout."""
         physical = dataclasses.replace(graph, usable=np.ones_like(graph.usable))
-        ranking = rank_switches(fabric, graph, layout)
+        given = root_nodes(fabric, self.root_guids) if self.root_guids else None
+        ranks = check_fat_tree(fabric, graph, given)
+        ranking = ranking_from(fabric, graph, layout, ranks.roots, "detected" if given is None else "given")
         divisor = _divisors(graph, layout, ranking)
         return FatTreeLayout(
             ranking=ranking,
@@ -189,6 +197,9 @@ class FatTree(UpDownRoutes):
             rotation=_rotations(physical, layout, ranking, divisor),
             full=_indexing(fabric, physical),
         )
+
+    def roots(self, extra: FatTreeLayout) -> Ranking:
+        return extra.ranking
 
     def same_engine_state(self, old: FatTreeLayout, new: FatTreeLayout) -> bool:
         return (

@@ -15,14 +15,14 @@ import numpy as np
 from services.common.snapshot import DELIVER, LFT_ONLY, NO_ROUTE, RouteLookup, RouteTable
 from services.topology.fabric import Fabric, NodeKind
 
-__all__ = ["Routes", "diff_routes", "entry_signatures"]
+__all__ = ["Routes", "diff_routes", "entry_signatures", "lft_changes"]
 
 
 @dataclasses.dataclass(eq=False)
 class Routes:
     """Forwarding state of one fabric's link states, computed by one engine."""
 
-    engine: str
+    engine: str  # the engine asked for
     table: RouteTable
     unreachable_pairs: int  # ordered host pairs (src != dst) without a route
     compute_ns: int
@@ -30,7 +30,18 @@ class Routes:
     state: Any = None  # the engine's reusable state (for incremental reroutes)
     changed_rows: np.ndarray | None = None  # rows an incremental reroute recomputed (None: all)
     group_lineage: object = None  # routes with the same lineage number their groups alike
+    engine_used: str = ""  # the engine that made the tables: `engine`, or minhop where it fell back
+    fallback_reason: str = ""  # why `engine` did not route (empty when it did)
+    roots: np.ndarray | None = None  # updn/ftree: root switch nodes
+    roots_source: str = ""  # "detected" (OpenSM's detection / ftree's ranking) or "given"
+    # True when the LFT kept entries of the tables before it (a running subnet manager's sweep), so it
+    # may differ from a fresh computation of the same fabric
+    kept_entries: bool = False
     _lookup: tuple[int, RouteLookup] | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.engine_used:
+            self.engine_used = self.engine
 
     @property
     def num_nodes(self) -> int:
@@ -157,3 +168,23 @@ def _diff_same_lineage(old: RouteTable, new: RouteTable, rows: np.ndarray) -> tu
         entries += int(changed.sum())
         changed_rows += int(changed.any(axis=1).sum())
     return entries, changed_rows
+
+
+def lft_changes(
+    fabric: Fabric, old: Routes, new: Routes, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(switch nodes, counts): the switches whose LFT output port changed toward some destination
+    host between `old` and `new` (routes of the same cabling), most changed first (then node order),
+    and how many entries changed at each. `rows` limits the comparison to those routing rows."""
+    switches = np.flatnonzero(fabric.node_kind == NodeKind.SWITCH)
+    switch_rows = new.table.node_row[switches].astype(np.int64)
+    if rows is not None:
+        keep = np.isin(switch_rows, rows)
+        switches, switch_rows = switches[keep], switch_rows[keep]
+    counts = np.zeros(switches.shape[0], dtype=np.int64)
+    for lo in range(0, switch_rows.shape[0], 256):
+        chunk = switch_rows[lo : lo + 256]
+        counts[lo : lo + 256] = (old.table.lft_ports[chunk] != new.table.lft_ports[chunk]).sum(axis=1)
+    changed = np.flatnonzero(counts)
+    order = changed[np.lexsort((switches[changed], -counts[changed]))]
+    return switches[order].astype(np.int64), counts[order]

@@ -1,10 +1,16 @@
 """updn: min-hop routes restricted to up*/down* paths from root switches, so deadlock-free.
 
-Roots are the top-tier switches; when tiers are unknown (some switch has tier 0), OpenSM's automatic
-detection: a switch is a root when its min-hop histogram toward the hosts has exactly one bar above
-90% of the hosts and one above 5% (it sees nearly every host at the same distance: a core). Ranks
-are hop distances from the roots; a channel goes *up* when it reaches a lower (rank, node) pair, so
-the up relation is acyclic.
+Roots are chosen as OpenSM 3.3 chooses them (`osm_ucast_updn.c`): the switches a root GUID list
+names (OpenSM's `root_guid_file`), else its min-hop detection (`updn_find_root_nodes_by_min_hop`,
+`detect_roots` below): a switch is a root when the histogram of its hop distances to the CA ports,
+over the usable links, has exactly one bar above 90% of the CA ports and one above 5% (it sees
+nearly every host at the same distance: a core). Tiers an importer inferred play no part. When the
+detection finds none, OpenSM disables updn and routes with its fallback, minhop; so does the twin
+(`EngineRefused`, and the routes say why).
+
+Ranks are hop distances from the roots. A channel goes *up* when it reaches a lower rank, or at
+equal rank a lower node GUID (OpenSM's `updn_get_dir`); a channel between two roots goes down both
+ways (OpenSM's special case for roots cabled to each other).
 
 A route may climb and then descend, never descend and climb again (that turn is what closes a
 credit loop). Tables are per destination, not per packet, so, like OpenSM's BFS with directions,
@@ -19,18 +25,29 @@ allow is up*/down*.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from services.common.errors import FailedPrecondition
-from services.topology.fabric import Fabric
-from services.topology.routing.balance import balanced_lft
-from services.topology.routing.classbased import ClassEngine, ClassState
+from services.common.errors import InvalidArgument
+from services.topology.fabric import Fabric, LinkState, NodeKind
+from services.topology.routing.balance import balanced_lft, node_guid_keys
+from services.topology.routing.classbased import ClassEngine, ClassState, EngineRefused
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.minhop import UNREACHABLE, class_distances, row_candidates
 
-__all__ = ["ClimbOrder", "Ranking", "UpDown", "UpDownRoutes", "rank_switches"]
+__all__ = [
+    "ClimbOrder",
+    "Ranking",
+    "UpDown",
+    "UpDownRoutes",
+    "check_roots_reach",
+    "detect_roots",
+    "rank_switches",
+    "ranking_from",
+    "root_nodes",
+]
 
 _BFS_ELEMENTS = 1 << 24
 _NO_RANK = np.iinfo(np.int64).max // 4
@@ -48,50 +65,111 @@ class Ranking:
 
     roots: np.ndarray  # int64 switch nodes
     rank: np.ndarray  # int64 [S], hop distance from the nearest root (_NO_RANK if none)
-    order: np.ndarray  # int64 [N], rank * N + node (hosts below everything)
+    order: np.ndarray  # int64 [N], rank * N + GUID rank (hosts below everything)
+    is_root: np.ndarray  # bool [N]
+    source: str = "detected"  # how the roots were found: "detected" or "given"
 
     def is_up(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
-        """Whether channels source->target climb."""
-        return self.order[target] < self.order[source]
+        """Whether channels source->target climb (between two roots: never)."""
+        return (self.order[target] < self.order[source]) & ~(self.is_root[source] & self.is_root[target])
 
 
-def _roots(fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> np.ndarray:
+def detect_roots(graph: ChannelGraph, layout: RowLayout) -> np.ndarray:
+    """OpenSM's root detection (see the module docstring): switch nodes, in node order."""
     switches = layout.switch_nodes
-    tiers = fabric.node_tier[switches]
-    if switches.size and (tiers >= 1).all():
-        return switches[tiers == tiers.max()]
-    from services.topology.routing.classes import DestinationClasses  # OpenSM's detection
+    num = switches.shape[0]
+    into = graph.usable & graph.is_host[graph.source] & ~graph.is_host[graph.target]
+    cas = np.bincount(layout.switch_index[graph.target[into]], minlength=num)  # CA ports per switch
+    cas_num = int(cas.sum())
+    leaves = np.flatnonzero(cas)
+    if not leaves.size:
+        return np.zeros(0, dtype=np.int64)
+    seeds = np.zeros((leaves.shape[0], num), dtype=bool)
+    seeds[np.arange(leaves.shape[0]), leaves] = True
+    hops = class_distances(graph, layout, seeds).astype(np.int64)  # [leaves, S], 1 at the leaf itself
+    reachable = hops < UNREACHABLE
+    bins = int(hops[reachable].max(initial=0)) + 1
+    weight = np.broadcast_to(cas[leaves][:, None], hops.shape)
+    key = (np.arange(num)[None, :] * bins + hops)[reachable]
+    histogram = np.bincount(key, weights=weight[reachable], minlength=num * bins).reshape(num, bins)
+    over_90 = (10 * histogram > 9 * cas_num).sum(axis=1)  # OpenSM: bar > 0.9 x CAs
+    over_5 = (20 * histogram > cas_num).sum(axis=1)  # and > 0.05 x CAs
+    return switches[(over_90 == 1) & (over_5 == 1)].astype(np.int64)
 
-    classes = DestinationClasses.of(fabric, graph)
-    columns = np.arange(classes.num_classes)
-    hops = class_distances(graph, layout, classes.attachment(layout.switch_index, switches.shape[0], columns))
-    hosts = int(classes.size.sum())
-    roots = []
-    for s in range(switches.shape[0]):
-        reachable = hops[:, s] < UNREACHABLE
-        histogram = np.bincount(hops[reachable, s], weights=classes.size[reachable])
-        if (histogram > 0.9 * hosts).sum() == 1 and (histogram > 0.05 * hosts).sum() == 1:
-            roots.append(switches[s])
-    return np.array(roots, dtype=np.int64)
+
+def root_nodes(fabric: Fabric, guids: Sequence[int], field: str = "routing_roots") -> np.ndarray:
+    """Switch nodes of root GUIDs (a node's GUID, or the synthetic one exports give where it has none);
+    InvalidArgument naming `field[i]` for a GUID that is no switch of the fabric, or given twice."""
+    keys = node_guid_keys(fabric)
+    by_guid = {int(g): i for i, g in enumerate(keys.tolist())}
+    out: list[int] = []
+    for i, guid in enumerate(guids):
+        node = by_guid.get(int(guid))
+        if node is None:
+            raise InvalidArgument(f"{field}[{i}]", f"no node of this fabric has GUID {int(guid):#018x}")
+        if fabric.node_kind[node] != NodeKind.SWITCH:
+            raise InvalidArgument(
+                f"{field}[{i}]", f"GUID {int(guid):#018x} is {fabric.node_names[node]}, a CA, not a switch"
+            )
+        if node in out:
+            raise InvalidArgument(f"{field}[{i}]", f"GUID {int(guid):#018x} is given twice")
+        out.append(node)
+    return np.array(out, dtype=np.int64)
 
 
-def rank_switches(fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ranking:
-    """Roots and ranks over the usable switch links; FailedPrecondition when there is no root."""
-    roots = _roots(fabric, graph, layout)
-    if layout.switch_nodes.size and not roots.size:
-        raise FailedPrecondition(
-            "updn found no root switches (no switch has tiers, and none sees nearly every host "
-            "at one distance); give the switches tiers or use minhop"
+def check_roots_reach(fabric: Fabric, roots: np.ndarray, field: str = "routing_roots") -> None:
+    """InvalidArgument naming the first switch (by name) that no root reaches over the fabric's cables
+    (whatever their state): such a switch would get no rank, and no route through it."""
+    cabled = ChannelGraph.of(
+        dataclasses.replace(fabric, link_state=np.full_like(fabric.link_state, LinkState.UP))
+    )
+    layout = RowLayout.of(fabric, cabled)
+    seeds = np.zeros((1, layout.switch_nodes.shape[0]), dtype=bool)
+    seeds[0, layout.switch_index[roots]] = True
+    hops = class_distances(cabled, layout, seeds)[0]
+    cut_off = layout.switch_nodes[hops >= UNREACHABLE]
+    if cut_off.size:
+        raise InvalidArgument(
+            field,
+            f"no root reaches switch {fabric.node_names[int(cut_off[0])]} "
+            f"({int(node_guid_keys(fabric)[cut_off[0]]):#018x})"
+            + (f" and {cut_off.size - 1} more" if cut_off.size > 1 else "")
+            + "; every switch needs a path from some root",
         )
+
+
+def rank_switches(
+    fabric: Fabric, graph: ChannelGraph, layout: RowLayout, roots: np.ndarray | None = None
+) -> Ranking:
+    """Roots (`roots`, switch nodes, or OpenSM's detection when None) and ranks over the usable
+    switch links; EngineRefused when the detection finds no root."""
+    found = detect_roots(graph, layout) if roots is None else np.asarray(roots, dtype=np.int64)
+    if layout.switch_nodes.size and not found.size:
+        raise EngineRefused(
+            "updn found no root switches: no switch sees nearly every CA at one hop distance "
+            '(OpenSM: "disabling UPDN algorithm, no root nodes were found"); give roots to use updn'
+        )
+    return ranking_from(fabric, graph, layout, found, "detected" if roots is None else "given")
+
+
+def ranking_from(
+    fabric: Fabric, graph: ChannelGraph, layout: RowLayout, roots: np.ndarray, source: str
+) -> Ranking:
+    """The ranks (hop distance from the nearest of `roots`) and the climbing order they give."""
     seeds = np.zeros((1, layout.switch_nodes.shape[0]), dtype=bool)
     seeds[0, layout.switch_index[roots]] = True
     hops = class_distances(graph, layout, seeds)[0].astype(np.int64)
     rank = np.where(hops < UNREACHABLE, hops - 1, _NO_RANK)
     # Unranked switches (cut off from every root) sort below all ranked ones; hosts below those.
+    # Within a rank, by node GUID (OpenSM compares GUIDs: the bigger one is further down).
     n, lowest = graph.num_nodes, int(hops.shape[0]) + 1
-    order = np.full(n, (lowest + 1) * n, dtype=np.int64) + np.arange(n)
-    order[layout.switch_nodes] = np.minimum(rank, lowest) * n + layout.switch_nodes
-    return Ranking(roots=roots, rank=rank, order=order)
+    guid_rank = np.empty(n, dtype=np.int64)
+    guid_rank[np.argsort(node_guid_keys(fabric), kind="stable")] = np.arange(n)
+    order = np.full(n, (lowest + 1) * n, dtype=np.int64) + guid_rank
+    order[layout.switch_nodes] = np.minimum(rank, lowest) * n + guid_rank[layout.switch_nodes]
+    is_root = np.zeros(n, dtype=bool)
+    is_root[roots] = True
+    return Ranking(roots=roots, rank=rank, order=order, is_root=is_root, source=source)
 
 
 def updn_states(graph: ChannelGraph, layout: RowLayout, ranking: ClimbOrder, seeds: np.ndarray):
@@ -184,11 +262,18 @@ class UpDown(UpDownRoutes):
 
     name = "updn"
 
+    def __init__(self, roots: Sequence[int] = ()) -> None:
+        self.root_guids = tuple(int(guid) for guid in roots)  # empty: OpenSM's detection
+
     def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ranking:
-        return rank_switches(fabric, graph, layout)
+        roots = root_nodes(fabric, self.root_guids) if self.root_guids else None
+        return rank_switches(fabric, graph, layout, roots)
+
+    def roots(self, extra: Ranking) -> Ranking:
+        return extra
 
     def same_engine_state(self, old: Ranking, new: Ranking) -> bool:
-        return bool(np.array_equal(old.order, new.order))
+        return bool(np.array_equal(old.order, new.order)) and bool(np.array_equal(old.is_root, new.is_root))
 
     def lft(self, state: ClassState, group_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return balanced_lft(

@@ -100,6 +100,62 @@ ROUTING_ENGINE_FILE: RoutingEngine.ValueType  # 4
 """Forwarding tables loaded from an opensm-lfts.dump file."""
 Global___RoutingEngine: _TypeAlias = RoutingEngine  # noqa: Y015
 
+class _RerouteMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RerouteModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RerouteMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REROUTE_MODE_UNSPECIFIED: _RerouteMode.ValueType  # 0
+    REROUTE_MODE_INCREMENTAL: _RerouteMode.ValueType  # 1
+    """As a running subnet manager sweeps (OpenSM): every forwarding entry whose port still leads to
+    its destination on a best path the engine allows is kept; only the others are chosen again, with
+    the engine's balancing counting the kept ones. Where OpenSM itself routes afresh (a link that
+    came up, ftree's own tables), so does this. The default.
+    """
+    REROUTE_MODE_FRESH: _RerouteMode.ValueType  # 2
+    """Every table computed from scratch, as a freshly started subnet manager would."""
+    REROUTE_MODE_FULL: _RerouteMode.ValueType  # 3
+    """The first routing of a fabric, or ComputeRoutes (summaries only)."""
+
+class RerouteMode(_RerouteMode, metaclass=_RerouteModeEnumTypeWrapper):
+    """How a link state change reroutes a fabric."""
+
+REROUTE_MODE_UNSPECIFIED: RerouteMode.ValueType  # 0
+REROUTE_MODE_INCREMENTAL: RerouteMode.ValueType  # 1
+"""As a running subnet manager sweeps (OpenSM): every forwarding entry whose port still leads to
+its destination on a best path the engine allows is kept; only the others are chosen again, with
+the engine's balancing counting the kept ones. Where OpenSM itself routes afresh (a link that
+came up, ftree's own tables), so does this. The default.
+"""
+REROUTE_MODE_FRESH: RerouteMode.ValueType  # 2
+"""Every table computed from scratch, as a freshly started subnet manager would."""
+REROUTE_MODE_FULL: RerouteMode.ValueType  # 3
+"""The first routing of a fabric, or ComputeRoutes (summaries only)."""
+Global___RerouteMode: _TypeAlias = RerouteMode  # noqa: Y015
+
+class _RootSelection:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RootSelectionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RootSelection.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROOT_SELECTION_UNSPECIFIED: _RootSelection.ValueType  # 0
+    ROOT_SELECTION_DETECTED: _RootSelection.ValueType  # 1
+    """Found as OpenSM finds them: updn's min-hop detection, ftree's ranking from the CAs."""
+    ROOT_SELECTION_GIVEN: _RootSelection.ValueType  # 2
+    """The fabric's `routing_roots` (OpenSM's root GUID file)."""
+
+class RootSelection(_RootSelection, metaclass=_RootSelectionEnumTypeWrapper):
+    """How updn's or ftree's root switches were chosen."""
+
+ROOT_SELECTION_UNSPECIFIED: RootSelection.ValueType  # 0
+ROOT_SELECTION_DETECTED: RootSelection.ValueType  # 1
+"""Found as OpenSM finds them: updn's min-hop detection, ftree's ranking from the CAs."""
+ROOT_SELECTION_GIVEN: RootSelection.ValueType  # 2
+"""The fabric's `routing_roots` (OpenSM's root GUID file)."""
+Global___RootSelection: _TypeAlias = RootSelection  # noqa: Y015
+
 class _TopologyFormat:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -221,6 +277,12 @@ class Fabric(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     IMPORT_NOTES_FIELD_NUMBER: _builtins.int
+    ROUTING_ROOTS_FIELD_NUMBER: _builtins.int
+    REROUTE_FIELD_NUMBER: _builtins.int
+    ENGINE_USED_FIELD_NUMBER: _builtins.int
+    FALLBACK_REASON_FIELD_NUMBER: _builtins.int
+    ROOTS_USED_FIELD_NUMBER: _builtins.int
+    ROOT_SELECTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Resource name, `fabrics/{fabric}`."""
     display_name: _builtins.str
@@ -237,6 +299,14 @@ class Fabric(_message.Message):
     """Routing engine in use."""
     routing_version: _builtins.int
     """Increases each time the forwarding tables change."""
+    reroute: Global___RerouteMode.ValueType
+    """How link state changes reroute (INCREMENTAL or FRESH)."""
+    engine_used: Global___RoutingEngine.ValueType
+    """The engine that made the current tables: `routing_engine`, or MINHOP where OpenSM falls back to
+    it; `fallback_reason` says why (empty when it did not fall back).
+    """
+    fallback_reason: _builtins.str
+    root_selection: Global___RootSelection.ValueType
     @_builtins.property
     def spec(self) -> Global___FabricSpec:
         """Built by a generator."""
@@ -257,6 +327,18 @@ class Fabric(_message.Message):
     def import_notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What the import noticed and accepted (e.g. LLDP links seen from one end only), one line each."""
 
+    @_builtins.property
+    def routing_roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree root switches by GUID (`0x` and 16 hex digits), as OpenSM's root GUID file; empty:
+        each engine finds its roots as OpenSM does. Tiers play no part in choosing roots.
+        """
+
+    @_builtins.property
+    def roots_used(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree: the GUIDs of the root switches the current tables were made with, and how they were
+        chosen.
+        """
+
     def __init__(
         self,
         *,
@@ -273,10 +355,16 @@ class Fabric(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         import_notes: _abc.Iterable[_builtins.str] | None = ...,
+        routing_roots: _abc.Iterable[_builtins.str] | None = ...,
+        reroute: Global___RerouteMode.ValueType = ...,
+        engine_used: Global___RoutingEngine.ValueType = ...,
+        fallback_reason: _builtins.str = ...,
+        roots_used: _abc.Iterable[_builtins.str] | None = ...,
+        root_selection: Global___RootSelection.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "imported_format", b"imported_format", "source", b"source", "spec", b"spec", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "host_count", b"host_count", "import_notes", b"import_notes", "imported_format", b"imported_format", "labels", b"labels", "link_count", b"link_count", "name", b"name", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "source", b"source", "spec", b"spec", "switch_count", b"switch_count", "update_time", b"update_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "display_name", b"display_name", "engine_used", b"engine_used", "fallback_reason", b"fallback_reason", "host_count", b"host_count", "import_notes", b"import_notes", "imported_format", b"imported_format", "labels", b"labels", "link_count", b"link_count", "name", b"name", "reroute", b"reroute", "root_selection", b"root_selection", "roots_used", b"roots_used", "routing_engine", b"routing_engine", "routing_roots", b"routing_roots", "routing_version", b"routing_version", "source", b"source", "spec", b"spec", "switch_count", b"switch_count", "update_time", b"update_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["spec", "imported_format"]  # noqa: Y015
     _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
@@ -465,6 +553,8 @@ class CreateFabricRequest(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    ROUTING_ROOTS_FIELD_NUMBER: _builtins.int
+    REROUTE_FIELD_NUMBER: _builtins.int
     fabric_id: _builtins.str
     """The id part of the resource name (`fabrics/{fabric_id}`); generated if empty.
     Lower-case letters, digits and '-', at most 63 characters.
@@ -473,6 +563,8 @@ class CreateFabricRequest(_message.Message):
     """Human-readable name, at most 256 characters."""
     routing_engine: Global___RoutingEngine.ValueType
     """Routing engine (default MINHOP)."""
+    reroute: Global___RerouteMode.ValueType
+    """How link state changes reroute (default INCREMENTAL)."""
     @_builtins.property
     def spec(self) -> Global___FabricSpec:
         """What to build."""
@@ -483,6 +575,12 @@ class CreateFabricRequest(_message.Message):
         bytes of UTF-8), else RESOURCE_EXHAUSTED.
         """
 
+    @_builtins.property
+    def routing_roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree root switch GUIDs (see Fabric.routing_roots); each must be a switch of the fabric and
+        together they must reach every switch, else INVALID_ARGUMENT naming `routing_roots[i]`.
+        """
+
     def __init__(
         self,
         *,
@@ -491,10 +589,12 @@ class CreateFabricRequest(_message.Message):
         spec: Global___FabricSpec | None = ...,
         routing_engine: Global___RoutingEngine.ValueType = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        routing_roots: _abc.Iterable[_builtins.str] | None = ...,
+        reroute: Global___RerouteMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "fabric_id", b"fabric_id", "labels", b"labels", "routing_engine", b"routing_engine", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "fabric_id", b"fabric_id", "labels", b"labels", "reroute", b"reroute", "routing_engine", b"routing_engine", "routing_roots", b"routing_roots", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -537,6 +637,8 @@ class ImportFabricRequest(_message.Message):
     DOCUMENTS_FIELD_NUMBER: _builtins.int
     ARCHIVE_FIELD_NUMBER: _builtins.int
     PORT_SPEEDS_GBPS_FIELD_NUMBER: _builtins.int
+    ROUTING_ROOTS_FIELD_NUMBER: _builtins.int
+    REROUTE_FIELD_NUMBER: _builtins.int
     fabric_id: _builtins.str
     """The id part of the resource name; generated if empty."""
     display_name: _builtins.str
@@ -566,6 +668,8 @@ class ImportFabricRequest(_message.Message):
     """Formats made of one document per node: a tar archive (optionally gzip-compressed) of
     `NODE.json` files, at most 64 MiB.
     """
+    reroute: Global___RerouteMode.ValueType
+    """How link state changes reroute (default INCREMENTAL)."""
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopologyDocument]:
         """Formats made of one document per node (LLDP): the documents, each named after its node
@@ -576,6 +680,12 @@ class ImportFabricRequest(_message.Message):
     def port_speeds_gbps(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """LLDP: link speeds by port, `node/ifname` -> Gb/s (from node_exporter's
         `node_network_speed_bytes` or SNMP `ifHighSpeed`); other links take `default_link_speed_gbps`.
+        """
+
+    @_builtins.property
+    def routing_roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree root switch GUIDs (see Fabric.routing_roots), else INVALID_ARGUMENT naming
+        `routing_roots[i]`.
         """
 
     def __init__(
@@ -592,10 +702,12 @@ class ImportFabricRequest(_message.Message):
         documents: _abc.Iterable[Global___TopologyDocument] | None = ...,
         archive: _builtins.bytes = ...,
         port_speeds_gbps: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        routing_roots: _abc.Iterable[_builtins.str] | None = ...,
+        reroute: Global___RerouteMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive", b"archive", "content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "documents", b"documents", "fabric_id", b"fabric_id", "format", b"format", "port_speeds_gbps", b"port_speeds_gbps", "routing_engine", b"routing_engine", "take_slower_end_on_speed_mismatch", b"take_slower_end_on_speed_mismatch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive", b"archive", "content", b"content", "default_link_latency_ns", b"default_link_latency_ns", "default_link_speed_gbps", b"default_link_speed_gbps", "display_name", b"display_name", "documents", b"documents", "fabric_id", b"fabric_id", "format", b"format", "port_speeds_gbps", b"port_speeds_gbps", "reroute", b"reroute", "routing_engine", b"routing_engine", "routing_roots", b"routing_roots", "take_slower_end_on_speed_mismatch", b"take_slower_end_on_speed_mismatch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1239,22 +1351,38 @@ class ComputeRoutesRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ROUTING_ENGINE_FIELD_NUMBER: _builtins.int
     LFTS_DUMP_FIELD_NUMBER: _builtins.int
+    ROUTING_ROOTS_FIELD_NUMBER: _builtins.int
+    DETECT_ROOTS_FIELD_NUMBER: _builtins.int
+    REROUTE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """`fabrics/{fabric}`."""
     routing_engine: Global___RoutingEngine.ValueType
     """Engine; UNSPECIFIED keeps the fabric's current engine."""
     lfts_dump: _builtins.str
     """FILE engine only: the opensm-lfts.dump text."""
+    detect_roots: _builtins.bool
+    """Forget the fabric's root GUIDs: find roots as OpenSM does."""
+    reroute: Global___RerouteMode.ValueType
+    """How link state changes reroute from now on; UNSPECIFIED keeps the fabric's."""
+    @_builtins.property
+    def routing_roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree root switch GUIDs to route with from now on (see Fabric.routing_roots); empty keeps
+        the fabric's, unless `detect_roots`.
+        """
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         routing_engine: Global___RoutingEngine.ValueType = ...,
         lfts_dump: _builtins.str = ...,
+        routing_roots: _abc.Iterable[_builtins.str] | None = ...,
+        detect_roots: _builtins.bool = ...,
+        reroute: Global___RerouteMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lfts_dump", b"lfts_dump", "name", b"name", "routing_engine", b"routing_engine"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detect_roots", b"detect_roots", "lfts_dump", b"lfts_dump", "name", b"name", "reroute", b"reroute", "routing_engine", b"routing_engine", "routing_roots", b"routing_roots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1274,6 +1402,13 @@ class RoutingSummary(_message.Message):
     CHANGED_SWITCHES_FIELD_NUMBER: _builtins.int
     UNREACHABLE_PAIRS_FIELD_NUMBER: _builtins.int
     INCREMENTAL_FIELD_NUMBER: _builtins.int
+    ENGINE_USED_FIELD_NUMBER: _builtins.int
+    FALLBACK_REASON_FIELD_NUMBER: _builtins.int
+    ROOTS_FIELD_NUMBER: _builtins.int
+    ROOT_SELECTION_FIELD_NUMBER: _builtins.int
+    REROUTE_FIELD_NUMBER: _builtins.int
+    CHANGED_LFT_ENTRIES_FIELD_NUMBER: _builtins.int
+    CHANGED_PER_SWITCH_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`."""
     routing_engine: Global___RoutingEngine.ValueType
@@ -1290,6 +1425,32 @@ class RoutingSummary(_message.Message):
     """Host pairs left without a route (partitioned fabric)."""
     incremental: _builtins.bool
     """True if the computation was incremental (only affected destinations recomputed)."""
+    engine_used: Global___RoutingEngine.ValueType
+    """The engine that made the tables: `routing_engine`, or MINHOP where OpenSM falls back to it (ftree
+    on a fabric it does not accept as a fat-tree, updn finding no root switch).
+    """
+    fallback_reason: _builtins.str
+    """Why `routing_engine` did not route, in OpenSM's words (its ERR code where it logs one); empty
+    when it did.
+    """
+    root_selection: Global___RootSelection.ValueType
+    """How `roots` were chosen."""
+    reroute: Global___RerouteMode.ValueType
+    """How this computation rerouted (FULL, INCREMENTAL or FRESH)."""
+    changed_lft_entries: _builtins.int
+    """LFT entries (switch, destination host) whose output port changed: what a subnet manager
+    reprograms. `changed_entries` also counts entries whose equal-cost set changed.
+    """
+    @_builtins.property
+    def roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """updn/ftree: the root switches (resource names) and how they were chosen."""
+
+    @_builtins.property
+    def changed_per_switch(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchChanges]:
+        """Per switch with changed LFT entries, how many (at most 1,000 switches, most changed first;
+        `changed_switches` counts them all).
+        """
+
     def __init__(
         self,
         *,
@@ -1301,14 +1462,47 @@ class RoutingSummary(_message.Message):
         changed_switches: _builtins.int = ...,
         unreachable_pairs: _builtins.int = ...,
         incremental: _builtins.bool = ...,
+        engine_used: Global___RoutingEngine.ValueType = ...,
+        fallback_reason: _builtins.str = ...,
+        roots: _abc.Iterable[_builtins.str] | None = ...,
+        root_selection: Global___RootSelection.ValueType = ...,
+        reroute: Global___RerouteMode.ValueType = ...,
+        changed_lft_entries: _builtins.int = ...,
+        changed_per_switch: _abc.Iterable[Global___SwitchChanges] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_entries", b"changed_entries", "changed_switches", b"changed_switches", "compute_ns", b"compute_ns", "fabric", b"fabric", "incremental", b"incremental", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "unreachable_pairs", b"unreachable_pairs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_entries", b"changed_entries", "changed_lft_entries", b"changed_lft_entries", "changed_per_switch", b"changed_per_switch", "changed_switches", b"changed_switches", "compute_ns", b"compute_ns", "engine_used", b"engine_used", "fabric", b"fabric", "fallback_reason", b"fallback_reason", "incremental", b"incremental", "reroute", b"reroute", "root_selection", b"root_selection", "roots", b"roots", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "unreachable_pairs", b"unreachable_pairs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RoutingSummary: _TypeAlias = RoutingSummary  # noqa: Y015
+
+@_typing.final
+class SwitchChanges(_message.Message):
+    """LFT entries one switch changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SWITCH_FIELD_NUMBER: _builtins.int
+    LFT_ENTRIES_FIELD_NUMBER: _builtins.int
+    switch: _builtins.str
+    """`fabrics/{fabric}/nodes/{switch}`."""
+    lft_entries: _builtins.int
+    """Entries whose output port changed."""
+    def __init__(
+        self,
+        *,
+        switch: _builtins.str = ...,
+        lft_entries: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lft_entries", b"lft_entries", "switch", b"switch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SwitchChanges: _TypeAlias = SwitchChanges  # noqa: Y015
 
 @_typing.final
 class GetForwardingTableRequest(_message.Message):

@@ -1,0 +1,164 @@
+"""A running subnet manager's sweep: after links change, keep every forwarding entry still valid.
+
+A subnet manager that is already running does not route a changed fabric from scratch. OpenSM 3.3,
+after a trap (a port went down) sweeps the fabric again and, for minhop and updn, recomputes the
+hop tables and then each switch's LFT in its routing order with the entries already programmed in
+hand (`osm_switch_recommend_path`, `osm_ucast_mgr.c`): an entry whose port is still up and still
+leads to the destination on a best path the engine allows (its hop count through that port is the
+least) is kept; only the others are chosen again, each taking the allowed port with the fewest
+routes so far, lowest port on a tie, where "routes so far" counts the kept entries as well. So a
+failure moves only the routes it must.
+
+`sweep` applies that rule to the twin's tables. Where OpenSM ignores the programmed entries, so does
+the twin, and the sweep equals a fresh routing:
+
+- a link that came up: its ports are in state INIT, so OpenSM ignores the existing LFTs
+  (`ignore_existing_lfts`, osm_port_info_rcv.c) and routes everything again;
+- ftree, which writes whole tables from its own walk each sweep (when the changed fabric is no
+  longer a fat-tree, OpenSM falls back to minhop, which keeps what it can of ftree's entries);
+- the `file` engine, whose tables are the dump's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from services.common.snapshot import RouteTable
+from services.topology.fabric import Fabric
+from services.topology.routing.classbased import ClassState
+from services.topology.routing.groups import GroupTable
+from services.topology.routing.routes import Routes
+
+__all__ = ["REROUTE_MODES", "keep_valid_entries", "reroute", "sweep"]
+
+REROUTE_MODES = ("incremental", "fresh")  # a running subnet manager's sweep, or routing from scratch
+
+
+def reroute(engine: Any, fabric: Fabric, previous: Routes, mode: str = "incremental") -> Routes:
+    """Routes after link states changed from those of `previous`: as a running subnet manager sweeps
+    (`incremental`, `sweep`), or as if routed from scratch (`fresh`, `engine.reroute`)."""
+    if mode == "fresh":
+        return engine.reroute(fabric, previous)
+    return sweep(engine, fabric, previous)
+
+
+def sweep(engine: Any, fabric: Fabric, previous: Routes) -> Routes:
+    """`engine`'s routes after a sweep of a running subnet manager (see the module docstring)."""
+    started = time.perf_counter_ns()
+    fresh = engine.reroute(fabric, previous)
+    old, new = previous.state, fresh.state
+    if not isinstance(old, ClassState) or not isinstance(new, ClassState) or fresh.engine_used == "ftree":
+        return fresh
+    if (new.graph.usable_link & ~old.graph.usable_link).any():
+        return fresh
+    lft = keep_valid_entries(new, fresh.table, previous.table.lft_ports)
+    moved = np.flatnonzero((lft != previous.table.lft_ports).any(axis=1))
+    changed = None if fresh.changed_rows is None else np.union1d(fresh.changed_rows, moved)
+    return dataclasses.replace(
+        fresh,
+        table=dataclasses.replace(fresh.table, lft_ports=lft.astype(fresh.table.lft_ports.dtype)),
+        compute_ns=time.perf_counter_ns() - started,
+        incremental=True,
+        changed_rows=changed,
+        kept_entries=not np.array_equal(lft, fresh.table.lft_ports),
+        _lookup=None,
+    )
+
+
+def _group_masks(groups: GroupTable) -> np.ndarray:
+    """[G, words] uint64: bit c of a group's mask is set when layout column c is in the group."""
+    words = max(1, -(-groups.layout.padded.shape[1] // 64))
+    masks = np.zeros((groups.num_groups, words), dtype=np.uint64)
+    if groups.num_groups:
+        owner = np.repeat(np.arange(groups.num_groups), groups.sizes)
+        np.bitwise_or.at(
+            masks, (owner, groups.columns // 64), np.uint64(1) << (groups.columns % 64).astype(np.uint64)
+        )
+    return masks
+
+
+def _port_columns(state: ClassState, rows: np.ndarray, ports: np.ndarray) -> np.ndarray:
+    """[len(rows), H] layout column of each row's port (-1 where the row has no such port)."""
+    layout, graph = state.layout, state.graph
+    padded = layout.padded[rows]
+    port_of = np.where(padded >= 0, graph.port[np.maximum(padded, 0)], -1)  # [n, W], ascending per row
+    width = padded.shape[1]
+    span = int(max(port_of.max(initial=0), ports.max(initial=0))) + 2
+    keys = (np.arange(rows.shape[0])[:, None] * span + np.where(port_of >= 0, port_of, span - 1)).ravel()
+    wanted = (np.arange(rows.shape[0])[:, None] * span + ports).ravel()
+    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+    hit = (keys[at] == wanted) & (ports.ravel() > 0)
+    return np.where(hit, at % max(width, 1), -1).reshape(ports.shape)
+
+
+def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.ndarray) -> np.ndarray:
+    """LFT ports [R, H]: `previous_lft` where its port is in the entry's new equal-cost group, the
+    other entries chosen again by OpenSM's balancing (kept entries counted); delivery and unrouted
+    entries as `table` (the fresh routing) has them."""
+    out = table.lft_ports.astype(np.int64)
+    host_class = state.classes.host_class
+    hosts = host_class.shape[0]
+    if table.group_ids.shape[1] == 0 or hosts == 0:
+        return out
+    groups = state.groups
+    masks = _group_masks(groups)
+    columns = groups.layout.padded.shape[1]
+    order = state.routing_order_hosts
+    rows = np.flatnonzero(state.layout.is_switch_row)
+    for lo in range(0, rows.shape[0], 256):
+        chunk = rows[lo : lo + 256]
+        cells = np.where(host_class >= 0, table.group_ids[chunk][:, np.maximum(host_class, 0)], -1)
+        old = previous_lft[chunk].astype(np.int64)
+        column = _port_columns(state, chunk, old)
+        grouped = cells >= 0
+        safe = np.maximum(cells, 0)
+        col = np.maximum(column, 0)
+        bit = (
+            masks[safe, np.minimum(col // 64, masks.shape[1] - 1)] >> (col % 64).astype(np.uint64)
+        ) & np.uint64(1)
+        keep = grouped & (column >= 0) & (bit == 1)
+        out[chunk] = np.where(keep, old, out[chunk])
+        for i in np.flatnonzero((grouped & ~keep).any(axis=1)).tolist():
+            out[chunk[i]] = _rebalance(
+                groups,
+                state.graph.port,
+                cells[i][order],
+                keep[i][order],
+                column[i][order],
+                out[chunk[i]][order],
+                columns,
+            )[np.argsort(order)]
+    return out
+
+
+def _rebalance(
+    groups: GroupTable,
+    channel_port: np.ndarray,
+    cells: np.ndarray,
+    keep: np.ndarray,
+    kept_column: np.ndarray,
+    ports: np.ndarray,
+    columns: int,
+) -> np.ndarray:
+    """One row in routing order: kept entries stay and count; each other grouped entry takes the
+    group's column with the fewest routes so far (the lowest on a tie)."""
+    counts = np.zeros(columns, dtype=np.int64)
+    out = ports.copy()
+    free = np.flatnonzero((cells >= 0) & ~keep)
+    counted = 0
+    for position in free.tolist():
+        held = kept_column[counted:position][keep[counted:position]]
+        if held.size:
+            counts += np.bincount(held, minlength=columns)
+        counted = position
+        gid = int(cells[position])
+        first, last = int(groups.offsets[gid]), int(groups.offsets[gid + 1])
+        members = groups.columns[first:last]
+        best = int(np.argmin(counts[members]))
+        counts[members[best]] += 1
+        out[position] = channel_port[groups.channels[first + best]]
+    return out
