@@ -56,13 +56,17 @@ def _check_names(names: list[str]) -> None:
             )
 
 
-def _rate_tokens(fabric: Fabric) -> np.ndarray:
-    rates, inverse = np.unique(fabric.link_rate_bps, return_inverse=True)
+def _rate_tokens(fabric: Fabric, links: np.ndarray | None = None) -> np.ndarray:
+    """[L] (or one per index of `links`) `<width>x<speed>` tokens; InvalidArgument naming the first
+    link whose rate is no InfiniBand width x speed."""
+    if links is None:
+        links = np.arange(fabric.num_links)
+    rates, inverse = np.unique(fabric.link_rate_bps[links], return_inverse=True)
     tokens = []
     for rate in rates.tolist():
         token = width_speed(rate)
         if token is None:
-            bad = int(np.flatnonzero(fabric.link_rate_bps == rate)[0])
+            bad = int(links[np.flatnonzero(fabric.link_rate_bps[links] == rate)[0]])
             raise InvalidArgument(
                 f"links[{bad}]",
                 f"{fabric.link_names[bad]} runs at {rate / 1e9:g} Gb/s, which is no InfiniBand width x speed "
