@@ -9,8 +9,13 @@ The format is the one `osm_dump.c` writes (and `osm_ucast_file.c` reads) for eac
 The parser is strict where OpenSM is lenient (it skips what it cannot read): a line it cannot read,
 an entry before any switch, a switch or LID the fabric does not have, or a port without a cable is
 InvalidArgument naming the line, so a dump is loaded whole or not at all. Switches are matched by
-GUID when the fabric knows GUIDs, else by LID (generated fabrics have no GUIDs); entries toward
-switch LIDs are accepted and ignored (routes here are toward hosts).
+GUID, else by LID (a dump whose GUIDs the fabric does not know); entries toward switch LIDs are
+accepted and ignored (routes here are toward hosts).
+
+GUIDs, written and matched, are the ones the topology exports write (`export_guids`: a node's GUID,
+or the synthetic one where it is 0, as in generated fabrics), so OpenSM's dump of an ibsim export and
+the twin's own dump of the fabric name the same switches; a CA's `portguid` is its GUID + the port
+holding its LID (its lowest-numbered cabled port), as ibsim and the exports derive port GUIDs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric, NodeKind
+from services.topology.formats.ibnetdiscover_export import export_guids
 
 __all__ = ["FORMAT_NAME", "LftDump", "SwitchTable", "parse_lfts_dump", "resolve_lfts", "write_lfts_dump"]
 
@@ -110,7 +116,8 @@ def resolve_lfts(fabric: Fabric, dump: LftDump, field: str = "lfts_dump") -> tup
     Raises InvalidArgument naming the line for a switch, LID or port the fabric does not have.
     """
     switches = fabric.node_kind == NodeKind.SWITCH
-    by_guid = {int(g): i for i, g in enumerate(fabric.node_guid.tolist()) if g and switches[i]}
+    guids = export_guids(fabric, unique=False).tolist()
+    by_guid = {g: i for i, g in enumerate(guids) if switches[i]}
     by_lid = {int(lid): i for i, lid in enumerate(fabric.node_lid.tolist())}
     ends = np.concatenate([fabric.link_a, fabric.link_b])
     ports = np.concatenate([fabric.link_port_a, fabric.link_port_b])
@@ -119,7 +126,7 @@ def resolve_lfts(fabric: Fabric, dump: LftDump, field: str = "lfts_dump") -> tup
     nodes, tables, seen = [], [], set()
     for block in dump.switches:
         where = f"{field} line {block.line}"
-        node = by_guid.get(block.guid) if by_guid else None
+        node = by_guid.get(block.guid)
         if node is None:
             node = by_lid.get(block.lid)
             if node is None or not switches[node]:
@@ -151,18 +158,26 @@ def write_lfts_dump(fabric: Fabric, lft_of: Callable[[int], np.ndarray | None]) 
     """The dump of every switch's LFT toward the hosts, in node order, as OpenSM writes it.
 
     `lft_of(node)` gives a switch's [H] output ports (0: no route), or None for no table. Each switch
-    also lists its own LID with port 0, as OpenSM does.
+    also lists its own LID with port 0, as OpenSM does. GUIDs as in the module docstring;
+    InvalidArgument if two nodes share one (as the topology exports refuse them).
     """
+    guids = export_guids(fabric).tolist()
     max_lid = int(fabric.node_lid.max(initial=0))
     host_lids = fabric.node_lid[fabric.host_nodes]
     order = np.argsort(host_lids, kind="stable")
+    # The port holding a CA's LID: its lowest-numbered cabled port (1 if it has no cable).
+    ends = np.concatenate([fabric.link_a, fabric.link_b])
+    end_ports = np.concatenate([fabric.link_port_a, fabric.link_port_b]).astype(np.int64)
+    lid_port = np.full(fabric.num_nodes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lid_port, ends, end_ports)
+    lid_port[lid_port == np.iinfo(np.int64).max] = 1
     host_text = [
-        f" # Channel Adapter portguid 0x{int(fabric.node_guid[node]):016x}: '{fabric.node_names[node]}'"
+        f" # Channel Adapter portguid 0x{guids[node] + int(lid_port[node]):016x}: '{fabric.node_names[node]}'"
         for node in fabric.host_nodes.tolist()
     ]
     out: list[str] = []
     for node in np.flatnonzero(fabric.node_kind == NodeKind.SWITCH).tolist():
-        name, lid, guid = fabric.node_names[node], int(fabric.node_lid[node]), int(fabric.node_guid[node])
+        name, lid, guid = fabric.node_names[node], int(fabric.node_lid[node]), guids[node]
         out.append(f"Unicast lids [0-{max_lid}] of switch Lid {lid} guid 0x{guid:016x} ('{name}'):")
         entries = [(lid, f"0x{lid:04x} 000 # {_TYPES[NodeKind.SWITCH]} portguid 0x{guid:016x}: '{name}'")]
         lft = lft_of(node)

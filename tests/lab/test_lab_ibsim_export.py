@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -21,6 +22,8 @@ from services.topology.formats.ibnetdiscover import import_ibnetdiscover
 from services.topology.formats.ibnetdiscover_export import export_guids
 from services.topology.formats.ibsim import export_ibsim
 from services.topology.generators import leaf_spine
+from services.topology.lfts_dump import parse_lfts_dump, write_lfts_dump
+from services.topology.routing import engine_named
 from tests.lab.ib_opensm import _ibsim, _run_bounded, ibsim_lab_unavailable_reason, run_opensm
 from tests.topology.formats.shared_data import read_shared
 from tests.topology.formats.test_ibsim_export import mixed_rate_fabric
@@ -100,6 +103,24 @@ def test_a_real_dump_exported_to_ibsim_comes_back_with_the_same_links_speeds_and
     assert ibsim_warnings(log) == []
     for name, guid in zip(original.node_names, original.node_guid.tolist(), strict=True):
         assert int(back.node_guid[back.node_index(name)]) == guid
+
+
+def test_opensms_lft_dump_of_a_generated_fabric_names_switches_and_ca_ports_as_the_twins_dump_does(workdir):
+    fabric = leaf_spine(4, 2, 4, parallel_links=2)
+    run_dir = workdir / "lft-guids"
+    run_dir.mkdir()
+    run = run_opensm(export_ibsim(fabric), "minhop", run_dir)
+    ours = write_lfts_dump(fabric, engine_named("minhop").compute(fabric).lft_ports)
+
+    def guids_by_name(dump: str) -> dict[str, int]:
+        found = {t.name: t.guid for t in parse_lfts_dump(dump).switches}
+        for guid, name in re.findall(r"Channel Adapter portguid 0x([0-9a-f]+): '([^']*)'", dump):
+            found[name] = int(guid, 16)
+        return found
+
+    theirs = guids_by_name(run.lfts_dump)
+    assert len(theirs) == fabric.num_nodes and 0 not in theirs.values()
+    assert theirs == guids_by_name(ours)
 
 
 def test_a_rate_beyond_ibsim_0_10_is_never_brought_up_silently(workdir):

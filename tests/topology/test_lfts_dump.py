@@ -97,9 +97,10 @@ def test_the_writer_follows_opensms_format_strings():
     fabric = fat_tree(2)
     text = write_lfts_dump(fabric, engine_named("minhop").compute(fabric).lft_ports)
     lines = text.splitlines()
-    assert lines[0] == "Unicast lids [0-7] of switch Lid 3 guid 0x0000000000000000 ('pod0-edge0'):"
-    assert lines[1] == "0x0001 001 # Channel Adapter portguid 0x0000000000000000: 'pod0-edge0-h0'"
-    assert lines[3] == "0x0003 000 # Switch portguid 0x0000000000000000: 'pod0-edge0'"
+    # GUIDs as the topology exports write them: synthetic where the fabric has none; CA port = GUID + 1
+    assert lines[0] == "Unicast lids [0-7] of switch Lid 3 guid 0xfab0000000000300 ('pod0-edge0'):"
+    assert lines[1] == "0x0001 001 # Channel Adapter portguid 0xfab0000000000101: 'pod0-edge0-h0'"
+    assert lines[3] == "0x0003 000 # Switch portguid 0xfab0000000000300: 'pod0-edge0'"
     assert lines[4] == "7 lids dumped"
 
 

@@ -19,7 +19,7 @@ async def test_lfts_exported_by_one_fabric_route_another_identically_with_the_fi
             pb.ExportFabricRequest(name="fabrics/a", format=pb.TOPOLOGY_FORMAT_OPENSM_LFTS)
         )
     ).content
-    assert dump.startswith("Unicast lids [0-36] of switch Lid 17 guid 0x0000000000000000 ('pod0-edge0'):")
+    assert dump.startswith("Unicast lids [0-36] of switch Lid 17 guid 0xfab0000000001100 ('pod0-edge0'):")
     summary = await topology.ComputeRoutes(
         pb.ComputeRoutesRequest(name="fabrics/b", routing_engine=pb.ROUTING_ENGINE_FILE, lfts_dump=dump)
     )

@@ -4,7 +4,8 @@
   the `Switch`/`Ca` header with the node name as description (and a switch's LID), then one line
   per linked port in port order, with the peer's description and LID and the link's width x speed;
 - GUIDs: a node's GUID, or for GUID 0 (unknown, as in generated fabrics) a synthetic one,
-  `0xfab0000000000000 + ((node index + 1) << 8)`, so CA port GUIDs (GUID + port) stay distinct;
+  `0xfab0000000000000 + ((node index + 1) << 8)`, so CA port GUIDs (GUID + port) stay distinct
+  (`export_guids`: the ibsim export and the OpenSM LFT dump write the same ones);
 - a CA's LID is written on each of its port lines (`# lid <lid> lmc 0 ...`);
 - every link is written from both ends, whatever its state: the format describes cabling and has
   no room for state, BER or latency, so those come back as UP, 0 and the importer's default.
@@ -28,17 +29,29 @@ __all__ = ["SYNTHETIC_GUID_BASE", "export_guids", "export_ibnetdiscover"]
 SYNTHETIC_GUID_BASE = 0xFAB0_0000_0000_0000
 
 
-def export_guids(fabric: Fabric) -> np.ndarray:
-    """[N] uint64: each node's GUID, synthetic where it is 0; InvalidArgument if two nodes share one."""
+def export_guids(fabric: Fabric, *, unique: bool = True) -> np.ndarray:
+    """[N] uint64: each node's GUID, synthetic where it is 0; InvalidArgument if two nodes share one.
+
+    The one definition of the GUIDs every export writes (ibnetdiscover, ibsim, the OpenSM LFT dump);
+    a CA's port GUID is its GUID + port number. Routing orders nodes by the same values
+    (`routing.balance.node_guid_keys`), so an OpenSM run on an export sees the twin's order.
+    `unique=False` skips the check (for matching a dump against the fabric).
+
+    >>> from services.topology.generators import leaf_spine
+    >>> [f"{g:#x}" for g in export_guids(leaf_spine(1, 1, 1)).tolist()]
+    ['0xfab0000000000100', '0xfab0000000000200', '0xfab0000000000300']
+    """
     index = np.arange(fabric.num_nodes, dtype=np.uint64)
     guid = np.where(
         fabric.node_guid == 0,
         np.uint64(SYNTHETIC_GUID_BASE) + ((index + np.uint64(1)) << np.uint64(8)),
         fabric.node_guid,
     ).astype(np.uint64)
-    unique, counts = np.unique(guid, return_counts=True)
+    if not unique:
+        return guid
+    values, counts = np.unique(guid, return_counts=True)
     if (counts > 1).any():
-        dup = unique[counts > 1][0]
+        dup = values[counts > 1][0]
         both = np.flatnonzero(guid == dup)[:2]
         raise InvalidArgument(
             f"node_guid[{both[1]}]",
