@@ -1,18 +1,18 @@
 import collections
-import json
 
 import numpy as np
 import pytest
 
 from services.topology.fabric import LinkState
-from services.topology.formats import export_fabric, import_fabric
 from services.topology.generators import fat_tree, leaf_spine
 from services.topology.routing import engine_named
+from services.topology.routing.ftree_check import check_fat_tree
 from services.topology.routing.ftree_indexing import FullFatTree
+from services.topology.routing.ftree_walk import FtreeWalk
 from services.topology.routing.graph import ChannelGraph
 from services.topology.routing.routes import entry_signatures
+from tests.fabric_edits import edited, without
 
-from .opensm_ftree import OpenSMFtree
 from .walks import Groups, lft_path
 
 
@@ -71,14 +71,6 @@ def shuffled_guids(fabric, seed):
     return fabric
 
 
-def without(fabric, names):
-    """`fabric` without the named nodes and their cables."""
-    doc = json.loads(export_fabric(fabric, "json"))
-    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in names]
-    doc["links"] = [x for x in doc["links"] if x["a"] not in names and x["b"] not in names]
-    return import_fabric("json", json.dumps(doc))
-
-
 def test_ftree_indexes_a_k4_fat_tree_with_the_tuples_opensm_logs():
     # OpenSM 3.3.23's "Switch index" lines (-D 0x4f) for this fabric brought up in ibsim.
     logged = {
@@ -116,7 +108,8 @@ def test_ftree_equals_opensms_ftree_walked_step_by_step(name, seed):
         fabric = shuffled_guids(fabric, seed)
     assert FullFatTree.of(fabric, ChannelGraph.of(fabric)) is not None
     routes = engine_named("ftree").compute(fabric)
-    walked = OpenSMFtree(fabric)
+    graph = ChannelGraph.of(fabric)
+    walked = FtreeWalk(fabric, graph, check_fat_tree(fabric, graph).rank)
     differences = [
         (fabric.node_names[switch], host, int(routes.lft_ports(switch)[host]), port)
         for switch, table in walked.lft.items()
@@ -143,10 +136,66 @@ def test_ftree_shifts_in_its_routing_order_are_contention_free_whatever_the_guid
         assert max(load.values()) == 1, f"shift {shift}"
 
 
-def test_a_fabric_that_is_no_full_fat_tree_is_routed_by_d_mod_k():
-    fabric = without(leaf_spine(4, 2, 2), set())
-    doc = json.loads(export_fabric(fabric, "json"))
-    doc["links"] = [x for x in doc["links"] if {x["a"], x["b"]} != {"leaf-0", "spine-1"}]
-    partial = import_fabric("json", json.dumps(doc))  # leaf-0 misses a spine
-    assert FullFatTree.of(partial, ChannelGraph.of(partial)) is None
-    assert engine_named("ftree").compute(partial).unreachable_pairs == 0
+def test_a_leaf_missing_a_spine_is_no_fat_tree_to_opensm_and_ftree_falls_back_to_minhop_saying_why():
+    partial = edited(leaf_spine(4, 2, 2), drop_links=[("leaf-0", "spine-1")])
+    routes = engine_named("ftree").compute(partial)
+    assert (routes.engine, routes.engine_used) == ("ftree", "minhop")
+    assert "AB0D" in routes.fallback_reason and (
+        "AB09" in routes.fallback_reason or "AB0A" in routes.fallback_reason
+    )
+    np.testing.assert_array_equal(
+        routes.table.lft_ports, engine_named("minhop").compute(partial).table.lft_ports
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        # a storage host on a spine: its switch is not at the leaf rank
+        (dict(nodes=[{"name": "storage", "kind": "HOST"}], links=[("spine-0", 9, "storage", 1)]), "AB26"),
+        # two hosts cabled to each other
+        (dict(links=[("host-0", 2, "host-1", 2)]), "AB0F"),
+        # the spines cabled together only through a leaf-level switch of their own: no single root rank
+        (dict(drop=["spine-0", "spine-1"], links=[("leaf-0", 9, "leaf-1", 9)]), "AB2B"),
+    ],
+)
+def test_ftree_refuses_what_opensm_refuses_with_its_error_code(change, code):
+    fabric = edited(leaf_spine(3, 2, 2), **change)
+    routes = engine_named("ftree").compute(fabric)
+    assert routes.engine_used == "minhop"
+    assert f"ERR {code}" in routes.fallback_reason, routes.fallback_reason
+
+
+@pytest.mark.parametrize(
+    ("fabric", "said"),
+    [
+        (leaf_spine(1, 1, 2), "Failed to find leaf switches - topology is not fat-tree"),
+        (edited(leaf_spine(2, 1, 1), drop=["host-1"]), "Fabric has 4 nodes (3 switches) - topology is not"),
+        (edited(leaf_spine(2, 1, 1), drop=["spine-0", "leaf-1"]), "Fabric has 1 switches"),
+    ],
+)
+def test_a_single_leaf_a_single_host_or_a_single_switch_is_no_fat_tree(fabric, said):
+    routes = engine_named("ftree").compute(fabric)
+    assert routes.engine_used == "minhop" and said in routes.fallback_reason, routes.fallback_reason
+
+
+def quasi_fat_tree(leaves=8, spines=4, uplinks=3, hosts=3):
+    """Leaves each cabled to `uplinks` consecutive spines (modulo): every switch of a rank alike, so
+    OpenSM's ftree accepts it, but no full fat-tree (a leaf reaches only some spines; any two leaves
+    still share one)."""
+    base = leaf_spine(leaves, spines, hosts)
+    drop = [(f"leaf-{leaf}", f"spine-{s}") for leaf in range(leaves) for s in range(spines)
+            if (s - leaf) % spines >= uplinks]  # fmt: skip
+    return edited(base, drop_links=drop)
+
+
+def test_a_fat_tree_opensm_accepts_without_a_closed_form_is_routed_by_opensms_walk():
+    fabric = quasi_fat_tree()
+    graph = ChannelGraph.of(fabric)
+    assert FullFatTree.of(fabric, graph) is None
+    routes = engine_named("ftree").compute(fabric)
+    assert routes.engine_used == "ftree" and routes.unreachable_pairs == 0
+    walked = FtreeWalk(fabric, graph, check_fat_tree(fabric, graph).rank)
+    for switch, table in walked.lft.items():
+        for host, port in table.items():
+            assert routes.lft_ports(switch)[host] == port, (fabric.node_names[switch], host)

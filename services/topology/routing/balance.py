@@ -24,21 +24,16 @@ import numpy as np
 
 from services.common.snapshot import DELIVER
 from services.topology.fabric import Fabric, NodeKind
+from services.topology.formats.ibnetdiscover_export import export_guids
 from services.topology.routing.graph import ChannelGraph
 from services.topology.routing.groups import GroupTable
 
 __all__ = ["balanced_lft", "routing_order", "water_fill"]
 
-# The GUID a node without one is given when the fabric is exported (ibnetdiscover, ibsim): the
-# order must be the one OpenSM sees when it routes that export.
-_SYNTHETIC_GUID_BASE = 0xFAB0_0000_0000_0000
-
-
 def node_guid_keys(fabric: Fabric) -> np.ndarray:
-    """[N] uint64: each node's GUID, or its synthetic export GUID where the fabric has none."""
-    index = np.arange(fabric.num_nodes, dtype=np.uint64)
-    synthetic = np.uint64(_SYNTHETIC_GUID_BASE) + ((index + np.uint64(1)) << np.uint64(8))
-    return np.where(fabric.node_guid == 0, synthetic, fabric.node_guid).astype(np.uint64)
+    """[N] uint64: each node's GUID, or its synthetic export GUID where the fabric has none: the order
+    must be the one OpenSM sees when it routes the fabric's export (ibnetdiscover, ibsim)."""
+    return export_guids(fabric, unique=False)
 
 
 def routing_order(fabric: Fabric, graph: ChannelGraph) -> np.ndarray:

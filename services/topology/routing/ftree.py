@@ -37,7 +37,9 @@ from services.topology.routing.balance import node_guid_keys
 from services.topology.routing.classbased import ClassState
 from services.topology.routing.ftree_check import check_fat_tree
 from services.topology.routing.ftree_indexing import FullFatTree
+from services.topology.routing.ftree_walk import FtreeWalk
 from services.topology.routing.graph import ChannelGraph, RowLayout
+from services.topology.routing.groups import GroupTable
 from services.topology.routing.updn import Ranking, UpDownRoutes, ranking_from, root_nodes
 
 __all__ = ["FatTree", "FatTreeLayout"]
@@ -58,6 +60,7 @@ class FatTreeLayout:
     divisor: np.ndarray  # int64 [R], W of each row's level
     rotation: np.ndarray  # int64 [R], added to the destination number before dividing by W
     full: FullFatTree | None  # OpenSM's indexing and main paths; cabling and GUIDs only
+    walk: FtreeWalk | None = None  # OpenSM's routing walked, where `full` is None
 
     def is_up(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
         return self.ranking.is_up(source, target)
@@ -190,12 +193,14 @@ class FatTree(UpDownRoutes):
         ranks = check_fat_tree(fabric, graph, given)
         ranking = ranking_from(fabric, graph, layout, ranks.roots, "detected" if given is None else "given")
         divisor = _divisors(graph, layout, ranking)
+        full = _indexing(fabric, physical)
         return FatTreeLayout(
             ranking=ranking,
             host_position=_host_positions(fabric, physical),
             divisor=divisor,
             rotation=_rotations(physical, layout, ranking, divisor),
-            full=_indexing(fabric, physical),
+            full=full,
+            walk=FtreeWalk(fabric, graph, ranks.rank) if full is None else None,
         )
 
     def roots(self, extra: FatTreeLayout) -> Ranking:
@@ -219,6 +224,8 @@ class FatTree(UpDownRoutes):
             climbs |= graph.is_host[graph.source[first]]
         delivery = state.delivery()
         members = _GroupMembers(groups.offsets, groups.channels, graph)
+        walk: FtreeWalk | None = state.extra.walk
+        masks = groups.masks() if walk is not None else np.zeros((0, 1), dtype=np.uint64)
         out = np.zeros((rows.shape[0], host_class.shape[0]), dtype=np.int64)
         if group_ids.shape[1] == 0:
             return out
@@ -239,6 +246,11 @@ class FatTree(UpDownRoutes):
                 ports = np.where(cells >= 0, graph.port[chosen], 0)
             else:
                 ports = np.zeros(cells.shape, dtype=np.int64)
+            if walk is not None:  # OpenSM's walked choice wherever it is in the group
+                walked = walk.ports(state.layout.row_nodes[chunk], host_class.shape[0])
+                column = state.layout.port_columns(graph, chunk, walked)
+                inside = (cells >= 0) & GroupTable.contains(masks, safe, column)
+                ports = np.where(inside, walked, ports)
             row, column = np.nonzero(cells == DELIVER)
             ports[row, column] = delivery(chunk[row], column)
             out[lo : lo + chunk.shape[0]] = ports

@@ -97,6 +97,22 @@ class RowLayout:
     def num_rows(self) -> int:
         return int(self.row_nodes.shape[0])
 
+    def port_columns(self, graph: ChannelGraph, rows: np.ndarray, ports: np.ndarray) -> np.ndarray:
+        """[len(rows), K] the layout column of each row's port in `ports` [len(rows), K] (-1 where the
+        row has no such port, or the port is 0)."""
+        padded = self.padded[rows]
+        port_of = np.where(padded >= 0, graph.port[np.maximum(padded, 0)], -1)  # ascending, -1 last
+        width = max(padded.shape[1], 1)
+        span = int(max(port_of.max(initial=0), ports.max(initial=0))) + 2
+        lead = np.arange(rows.shape[0])[:, None] * span
+        keys = (lead + np.where(port_of >= 0, port_of, span - 1)).ravel()
+        wanted = (lead + ports).ravel()
+        if not keys.size:
+            return np.full(ports.shape, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+        hit = (keys[at] == wanted) & (ports.ravel() > 0)
+        return np.where(hit, at % width, -1).reshape(ports.shape)
+
     def chunks(self, columns: int, budget: int = 1 << 24) -> list[tuple[int, int]]:
         """Row ranges whose [rows, width, columns] block stays within `budget` elements."""
         per_row = max(1, self.padded.shape[1] * max(columns, 1))

@@ -103,6 +103,22 @@ class GroupTable:
         self.row = np.concatenate([self.row, rows])
         np.add.at(self.row_count, rows, 1)
 
+    def masks(self) -> np.ndarray:
+        """[G, words] uint64: bit c of a group's mask is set when layout column c is in the group."""
+        masks = np.zeros((self.num_groups, self.words), dtype=np.uint64)
+        if self.num_groups:
+            owner = np.repeat(np.arange(self.num_groups), self.sizes)
+            bits = np.uint64(1) << (self.columns % 64).astype(np.uint64)
+            np.bitwise_or.at(masks, (owner, self.columns // 64), bits)
+        return masks
+
+    @staticmethod
+    def contains(masks: np.ndarray, group_ids: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """Whether each group (ids >= 0) holds the layout column beside it (-1: no column, False)."""
+        col = np.maximum(columns, 0)
+        word = masks[group_ids, np.minimum(col // 64, masks.shape[1] - 1)]
+        return (columns >= 0) & (((word >> (col % 64).astype(np.uint64)) & np.uint64(1)) == 1)
+
     def set_hashes(self, channel_hash: np.ndarray) -> np.ndarray:
         """[G] uint64 order-free hash of each group's channel set (for comparing groups across tables)."""
         out = np.zeros(self.num_groups, dtype=np.uint64)

@@ -69,32 +69,6 @@ def sweep(engine: Any, fabric: Fabric, previous: Routes) -> Routes:
     )
 
 
-def _group_masks(groups: GroupTable) -> np.ndarray:
-    """[G, words] uint64: bit c of a group's mask is set when layout column c is in the group."""
-    words = max(1, -(-groups.layout.padded.shape[1] // 64))
-    masks = np.zeros((groups.num_groups, words), dtype=np.uint64)
-    if groups.num_groups:
-        owner = np.repeat(np.arange(groups.num_groups), groups.sizes)
-        np.bitwise_or.at(
-            masks, (owner, groups.columns // 64), np.uint64(1) << (groups.columns % 64).astype(np.uint64)
-        )
-    return masks
-
-
-def _port_columns(state: ClassState, rows: np.ndarray, ports: np.ndarray) -> np.ndarray:
-    """[len(rows), H] layout column of each row's port (-1 where the row has no such port)."""
-    layout, graph = state.layout, state.graph
-    padded = layout.padded[rows]
-    port_of = np.where(padded >= 0, graph.port[np.maximum(padded, 0)], -1)  # [n, W], ascending per row
-    width = padded.shape[1]
-    span = int(max(port_of.max(initial=0), ports.max(initial=0))) + 2
-    keys = (np.arange(rows.shape[0])[:, None] * span + np.where(port_of >= 0, port_of, span - 1)).ravel()
-    wanted = (np.arange(rows.shape[0])[:, None] * span + ports).ravel()
-    at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
-    hit = (keys[at] == wanted) & (ports.ravel() > 0)
-    return np.where(hit, at % max(width, 1), -1).reshape(ports.shape)
-
-
 def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.ndarray) -> np.ndarray:
     """LFT ports [R, H]: `previous_lft` where its port is in the entry's new equal-cost group, the
     other entries chosen again by OpenSM's balancing (kept entries counted); delivery and unrouted
@@ -105,7 +79,7 @@ def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.nd
     if table.group_ids.shape[1] == 0 or hosts == 0:
         return out
     groups = state.groups
-    masks = _group_masks(groups)
+    masks = groups.masks()
     columns = groups.layout.padded.shape[1]
     order = state.routing_order_hosts
     rows = np.flatnonzero(state.layout.is_switch_row)
@@ -113,7 +87,7 @@ def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.nd
         chunk = rows[lo : lo + 256]
         cells = np.where(host_class >= 0, table.group_ids[chunk][:, np.maximum(host_class, 0)], -1)
         old = previous_lft[chunk].astype(np.int64)
-        column = _port_columns(state, chunk, old)
+        column = state.layout.port_columns(state.graph, chunk, old)
         grouped = cells >= 0
         safe = np.maximum(cells, 0)
         col = np.maximum(column, 0)
