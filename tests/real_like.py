@@ -1,9 +1,11 @@
 """Fabrics shaped like the ones users bring rather than the ones generators make.
 
-A cluster that grew over the years: leaves with different numbers of hosts, spines cabled to the
-leaves by one to three parallel cables and to some leaves not at all, QDR and DDR links mixed,
-storage nodes on a spine and a management switch above the spines with hosts of its own. Seeded, so
-every seed is one fixed fabric; `cluster_like(seed)` is what the lab routes with real OpenSM.
+`cluster_like(seed)`: a cluster that grew over the years: leaves with different numbers of hosts,
+spines cabled to the leaves by one to three parallel cables and to some leaves not at all, QDR and
+DDR links mixed, storage nodes on a spine and a management switch above the spines with hosts of its
+own. Seeded, so every seed is one fixed fabric. `quasi_fat_tree()`: a two-level tree whose leaves
+reach different subsets of the spines, which OpenSM's ftree accepts. The lab routes both with real
+OpenSM.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import numpy as np
 
 from services.topology.fabric import Fabric
 from services.topology.formats import import_fabric
+from services.topology.generators import leaf_spine
+from tests.fabric_edits import edited
 
-__all__ = ["cluster_like"]
+__all__ = ["cluster_like", "quasi_fat_tree"]
 
 _QDR, _DDR = 40.0, 20.0  # 4xQDR, 4xDDR in Gb/s
 
@@ -68,3 +72,12 @@ def cluster_like(seed: int) -> Fabric:
     for entry in nodes:
         entry["radix"] = next_port[entry["name"]] - 1
     return import_fabric("json", json.dumps({"version": 1, "nodes": nodes, "links": links}))
+
+
+def quasi_fat_tree(leaves: int = 8, spines: int = 4, uplinks: int = 3, hosts: int = 3) -> Fabric:
+    """Leaves each cabled to `uplinks` consecutive spines (modulo): every switch of a rank alike, so
+    OpenSM's ftree accepts it, but no full fat-tree (a leaf reaches only some spines; with 3 of 4 any
+    two leaves still share one)."""
+    drop = [(f"leaf-{leaf}", f"spine-{s}") for leaf in range(leaves) for s in range(spines)
+            if (s - leaf) % spines >= uplinks]  # fmt: skip
+    return edited(leaf_spine(leaves, spines, hosts), drop_links=drop)

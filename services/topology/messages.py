@@ -14,6 +14,7 @@ from services.common.errors import InvalidArgument, quote
 from services.topology.events import FabricEvent
 from services.topology.fabric import Fabric, format_ipv4
 from services.topology.formats import IMPORT_FORMATS as FORMAT_IMPORTS
+from services.topology.formats.ibnetdiscover_export import synthetic_guid
 from services.topology.lfts_dump import FORMAT_NAME as LFTS_FORMAT
 from services.topology.registry import RoutingChange
 from services.topology.store import FabricRecord
@@ -141,7 +142,7 @@ def node_message(fabric_id: str, fabric: Fabric, i: int) -> topology_pb2.Node:
         display_name=fabric.node_names[i],
         tier=int(fabric.node_tier[i]),
         radix=int(fabric.node_radix[i]),
-        guid=int(fabric.node_guid[i]),
+        guid=int(fabric.node_guid[i]) or synthetic_guid(i),
         lid=int(fabric.node_lid[i]),
         rail=int(fabric.node_rail[i]),
         group=int(fabric.node_group[i]),

@@ -10,22 +10,25 @@ that with the same engine; every (switch, destination host) entry is compared, h
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import pathlib
 import time
 
 import numpy as np
 
 from services.topology.fabric import Fabric, NodeKind
-from services.topology.formats import export_fabric, import_fabric
+from services.topology.formats import import_fabric
 from services.topology.formats.ibsim import export_ibsim
 from services.topology.generators import fat_tree, leaf_spine
 from services.topology.lfts_dump import parse_lfts_dump, resolve_lfts
 from services.topology.routing import engine_named
+from services.topology.routing.balance import node_guid_keys
 from services.topology.routing.ftree_indexing import FullFatTree
 from services.topology.routing.graph import ChannelGraph
+from tests.fabric_edits import without
 from tests.lab.ib_opensm import OpenSMRun, dump_fts_tables, run_opensm
 from tests.lab.ib_shifts import contention_free_shifts
+from tests.real_like import cluster_like, quasi_fat_tree
 
 __all__ = [
     "KNOWN_GAPS",
@@ -38,22 +41,18 @@ __all__ = [
 ]
 
 
-def _without(fabric: Fabric, names: set[str]) -> Fabric:
-    """`fabric` without the named nodes and their cables."""
-    doc = json.loads(export_fabric(fabric, "json"))
-    doc["nodes"] = [n for n in doc["nodes"] if n["name"] not in names]
-    doc["links"] = [x for x in doc["links"] if x["a"] not in names and x["b"] not in names]
-    return import_fabric("json", json.dumps(doc))
-
-
 # name -> generated fabric; each also runs shuffled ("<name>-shuffled").
 LAB_FABRICS = {
     "fat-tree-k4": lambda: fat_tree(4),
     "fat-tree-k8": lambda: fat_tree(8),
     # leaves with fewer hosts than others: OpenSM's ftree routes "dummy" destinations in their place
-    "fat-tree-k8-sparse": lambda: _without(fat_tree(8), {"pod0-edge0-h1", "pod2-edge1-h0", "pod5-edge3-h3"}),
+    "fat-tree-k8-sparse": lambda: without(fat_tree(8), {"pod0-edge0-h1", "pod2-edge1-h0", "pod5-edge3-h3"}),
     "leaf-spine-4x2": lambda: leaf_spine(4, 2, 4),
     "leaf-spine-4x2-parallel2": lambda: leaf_spine(4, 2, 4, parallel_links=2),
+    # grown, not generated (tests/real_like.py): OpenSM's ftree refuses most (AB26, AB0C), its updn
+    # finds its own roots or none (and falls back), and the twin must say the same
+    **{f"cluster-like-{seed}": functools.partial(cluster_like, seed) for seed in (1, 2, 3, 4, 7)},
+    "quasi-fat-tree": quasi_fat_tree,  # a fat-tree to OpenSM's ftree, with no closed form
 }
 SHUFFLE_SEED = 13
 
@@ -92,11 +91,16 @@ class Agreement:
     engine: str
     entries: int  # (switch, host) entries OpenSM wrote
     equal: int
+    opensm_engine: str  # the engine that configured OpenSM's tables (the one asked for, or minhop)
+    twin_engine: str  # the engine the twin's routes were made by
+    opensm_errors: list[str]  # OpenSM's ERR lines (why it fell back)
+    twin_reason: str  # why the twin fell back
     dump_fts_equal: bool  # the switches hold what opensm-lfts.dump says
     first_differences: list[str]
     seconds: dict[str, float]
     # contention-free shift permutations, of `hosts - 1`, by (tables, host order); see shift_counts
     shifts: dict[str, int] = dataclasses.field(default_factory=dict)
+    opensm_log: str = dataclasses.field(default="", repr=False)
 
     @property
     def fraction(self) -> float:
@@ -108,6 +112,8 @@ class Agreement:
             "engine": self.engine,
             "entries": self.entries,
             "equal": self.equal,
+            "opensm_engine": self.opensm_engine,
+            "twin_engine": self.twin_engine,
             "agreement": round(self.fraction, 4),
             "dump_fts_equal": self.dump_fts_equal,
             "first_differences": self.first_differences,
@@ -162,7 +168,7 @@ def compare_engine(
     """
     osm_engine = "minhop" if engine == "file" else engine
     if run is None:
-        run = run_opensm(lab_net_file(name), osm_engine, workdir)
+        run = run_opensm(lab_net_file(name), osm_engine, workdir, fallback_ok=True)
     seconds = dict(run.seconds)
     t = time.monotonic()
     fabric = import_fabric("ibnetdiscover", run.ibnetdiscover)
@@ -188,8 +194,102 @@ def compare_engine(
         engine=engine,
         entries=int(written.sum()),
         equal=int(same.sum()),
+        opensm_engine=run.engine_used or run.engine,
+        twin_engine=routes.engine_used,
+        opensm_errors=list(run.errors),
+        twin_reason=routes.fallback_reason,
+        opensm_log=run.opensm_log,
         dump_fts_equal=_dump_fts_matches(fabric, switches, theirs, run),
         first_differences=differences,
         seconds=seconds,
         shifts=counted,
     )
+
+
+@dataclasses.dataclass
+class SweepAgreement:
+    """The twin's tables against a running OpenSM's after one step (or its first routing)."""
+
+    step: str
+    opensm_engine: str  # the engine that configured OpenSM's tables in this sweep
+    twin_engine: str  # the engine the twin's routes were made by (its fallback included)
+    entries: int  # (switch, host) entries compared, routed or not
+    equal: int
+    opensm_changed: int  # entries whose port differs from the sweep before (0 for the first)
+    twin_changed: int
+    first_differences: list[str]
+
+    @property
+    def fraction(self) -> float:
+        return self.equal / self.entries if self.entries else 1.0
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "agreement": round(self.fraction, 4)}
+
+
+def _step_link(fabric: Fabric, records: dict, step: object) -> int:
+    """The twin's link index of the cable an Unlink / ReLink step names (by the end's GUID and port)."""
+    by_id = {record.node_id: record for record in records.values()}
+    record = by_id[step.node_id]  # type: ignore[attr-defined]
+    node = int(np.flatnonzero(node_guid_keys(fabric) == np.uint64(record.guid))[0])
+    port = step.port  # type: ignore[attr-defined]
+    hit = np.flatnonzero(
+        ((fabric.link_a == node) & (fabric.link_port_a == port))
+        | ((fabric.link_b == node) & (fabric.link_port_b == port))
+    )
+    return int(hit[0])
+
+
+def compare_live(
+    net_text: str,
+    engine: str,
+    workdir: pathlib.Path,
+    steps: list,
+    *,
+    roots: list[int] | None = None,
+) -> list[SweepAgreement]:
+    """A running OpenSM (`engine`) through `steps` (ib_live) against the twin: the first routing
+    against `compute`, every later sweep against the twin's incremental reroute (routing/sweep.py) of
+    the same link state change, entry for entry over every (switch, host), routed or not."""
+    from services.topology.fabric import LinkState
+    from services.topology.routing.sweep import sweep
+    from tests.lab.ib_live import ReLink, Unlink, net_records, run_live_opensm
+
+    run = run_live_opensm(net_text, engine, workdir, steps, roots=roots)
+    fabric = import_fabric("ibnetdiscover", run.sweeps[0].ibnetdiscover)
+    records = net_records(net_text)
+    router = engine_named(engine, roots=roots or ())
+    routes = router.compute(fabric)
+    out: list[SweepAgreement] = []
+    previous_theirs = previous_ours = None
+    for live in run.sweeps:
+        if isinstance(live.step, Unlink | ReLink):
+            states = fabric.link_state.copy()
+            states[_step_link(fabric, records, live.step)] = (
+                LinkState.DOWN if isinstance(live.step, Unlink) else LinkState.UP
+            )
+            fabric = dataclasses.replace(fabric, link_state=states)
+            routes = sweep(router, fabric, routes)
+        elif live.step is not None:  # a sweep with nothing changed
+            routes = sweep(router, fabric, routes)
+        switches, theirs = resolve_lfts(fabric, parse_lfts_dump(live.lfts_dump))
+        ours = np.stack([routes.lft_ports(node) for node in switches.tolist()])
+        differences = [
+            f"{fabric.node_names[switches[row]]} -> {fabric.node_names[fabric.host_nodes[h]]}: "
+            f"twin port {ours[row, h]}, OpenSM port {theirs[row, h]}"
+            for row, h in zip(*np.nonzero(ours != theirs), strict=True)
+        ][:5]
+        out.append(
+            SweepAgreement(
+                step="first routing" if live.step is None else str(live.step),
+                opensm_engine=live.engine,
+                twin_engine=routes.engine_used,
+                entries=int(theirs.size),
+                equal=int((ours == theirs).sum()),
+                opensm_changed=0 if previous_theirs is None else int((theirs != previous_theirs).sum()),
+                twin_changed=0 if previous_ours is None else int((ours != previous_ours).sum()),
+                first_differences=differences,
+            )
+        )
+        previous_theirs, previous_ours = theirs, ours
+    return out

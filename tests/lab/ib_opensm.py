@@ -52,6 +52,8 @@ class OpenSMRun:
     dump_fts: str
     opensm_log: str
     seconds: dict[str, float]
+    engine_used: str = ""  # the engine that configured the tables (`engine`, or OpenSM's fallback)
+    errors: tuple[str, ...] = ()  # the ERR lines of OpenSM's log
 
 
 def ibsim_lab_unavailable_reason() -> str | None:
@@ -140,6 +142,7 @@ def run_opensm(
     workdir: pathlib.Path,
     *,
     roots: Sequence[int] | None = None,
+    fallback_ok: bool = False,
     timeout_s: float = 60.0,
 ) -> OpenSMRun:
     """Bring `net_text` up in ibsim, route it once with OpenSM's `engine`, read it all back.
@@ -147,8 +150,8 @@ def run_opensm(
     `roots`: switch GUIDs written to a root GUID file for OpenSM's `-a` (root_guid_file: the roots
     updn and ftree route from, instead of the ones they find themselves); other engines ignore it.
 
-    Raises IbLabError when ibsim rejects the net file, OpenSM fails or falls back to another engine
-    (its log says which), or a tool does not finish in time.
+    Raises IbLabError when ibsim rejects the net file, OpenSM fails or (unless `fallback_ok`) falls
+    back to another engine (its log says which), or a tool does not finish in time.
     """
     run_dir = workdir / f"run{next(_runs)}-{engine}"
     dump_dir = run_dir / "dump"
@@ -180,7 +183,7 @@ def run_opensm(
         )  # fmt: skip
         seconds["opensm_s"] = time.monotonic() - t
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        _check_routed(engine, log, log_path)
+        used = _check_routed(engine, log, log_path, fallback_ok)
         lfts = dump_dir / "opensm-lfts.dump"
         if not lfts.exists():
             raise IbLabError(f"opensm wrote no {lfts.name} (debug mask 0x40): {_tail(log)}")
@@ -191,7 +194,8 @@ def run_opensm(
         tables = _run_bounded("dump_fts", ["ibsim-run", "dump_fts"], env, timeout_s)
         seconds["dump_fts_s"] = time.monotonic() - t
     seconds["total_s"] = time.monotonic() - started
-    return OpenSMRun(engine, topology, lfts.read_text(), tables, log, seconds)
+    errors = tuple(line for line in log.splitlines() if re.search(r"\bERR [0-9A-F]{4}\b", line))
+    return OpenSMRun(engine, topology, lfts.read_text(), tables, log, seconds, used, errors)
 
 
 def root_guid_args(run_dir: pathlib.Path, roots: Sequence[int] | None) -> list[str]:
@@ -204,16 +208,20 @@ def root_guid_args(run_dir: pathlib.Path, roots: Sequence[int] | None) -> list[s
     return ["-a", str(path)]
 
 
-def _check_routed(engine: str, log: str, log_path: pathlib.Path) -> None:
-    """OpenSM routed with `engine` itself, not a fallback; else IbLabError quoting its log."""
+def _check_routed(engine: str, log: str, log_path: pathlib.Path, fallback_ok: bool = False) -> str:
+    """The engine that configured the tables: `engine` itself, or (with `fallback_ok`) OpenSM's
+    fallback; else IbLabError quoting its log."""
     configured = re.findall(r"(\S+) tables configured on all switches", log)
     errors = [line for line in log.splitlines() if re.search(r"\bERR [0-9A-F]{4}\b", line)]
+    if fallback_ok and len(configured) == 1:
+        return configured[0]
     if configured != [_ENGINE_LOG_NAMES.get(engine, engine)]:
         said = "; ".join(errors[:3]) or _tail(log, 3)
         raise IbLabError(
             f"opensm did not route with {engine} (configured: {configured or 'nothing'}); "
             f"{log_path.name} says: {said}"
         )
+    return configured[0]
 
 
 DUMP_FTS_HEADER = re.compile(r"^Unicast lids \[0x[0-9a-f]+-0x[0-9a-f]+\] of switch .* guid 0x([0-9a-f]+) ")

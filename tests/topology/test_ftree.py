@@ -12,6 +12,7 @@ from services.topology.routing.ftree_walk import FtreeWalk
 from services.topology.routing.graph import ChannelGraph
 from services.topology.routing.routes import entry_signatures
 from tests.fabric_edits import edited, without
+from tests.real_like import quasi_fat_tree
 
 from .walks import Groups, lft_path
 
@@ -177,16 +178,6 @@ def test_ftree_refuses_what_opensm_refuses_with_its_error_code(change, code):
 def test_a_single_leaf_a_single_host_or_a_single_switch_is_no_fat_tree(fabric, said):
     routes = engine_named("ftree").compute(fabric)
     assert routes.engine_used == "minhop" and said in routes.fallback_reason, routes.fallback_reason
-
-
-def quasi_fat_tree(leaves=8, spines=4, uplinks=3, hosts=3):
-    """Leaves each cabled to `uplinks` consecutive spines (modulo): every switch of a rank alike, so
-    OpenSM's ftree accepts it, but no full fat-tree (a leaf reaches only some spines; any two leaves
-    still share one)."""
-    base = leaf_spine(leaves, spines, hosts)
-    drop = [(f"leaf-{leaf}", f"spine-{s}") for leaf in range(leaves) for s in range(spines)
-            if (s - leaf) % spines >= uplinks]  # fmt: skip
-    return edited(base, drop_links=drop)
 
 
 def test_a_fat_tree_opensm_accepts_without_a_closed_form_is_routed_by_opensms_walk():

@@ -24,9 +24,14 @@ from services.common.errors import InvalidArgument
 from services.topology.fabric import Fabric, NodeKind
 from services.topology.formats.link_speeds import width_speed
 
-__all__ = ["SYNTHETIC_GUID_BASE", "export_guids", "export_ibnetdiscover"]
+__all__ = ["SYNTHETIC_GUID_BASE", "export_guids", "export_ibnetdiscover", "synthetic_guid"]
 
 SYNTHETIC_GUID_BASE = 0xFAB0_0000_0000_0000
+
+
+def synthetic_guid(index: int) -> int:
+    """The GUID exports give node `index` when the fabric has none (see export_guids)."""
+    return SYNTHETIC_GUID_BASE + ((index + 1) << 8)
 
 
 def export_guids(fabric: Fabric, *, unique: bool = True) -> np.ndarray:

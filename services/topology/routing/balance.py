@@ -30,6 +30,7 @@ from services.topology.routing.groups import GroupTable
 
 __all__ = ["balanced_lft", "routing_order", "water_fill"]
 
+
 def node_guid_keys(fabric: Fabric) -> np.ndarray:
     """[N] uint64: each node's GUID, or its synthetic export GUID where the fabric has none: the order
     must be the one OpenSM sees when it routes the fabric's export (ibnetdiscover, ibsim)."""

@@ -89,6 +89,10 @@ class ClassEngine:
     """Base of the class-based engines (see the module docstring); subclasses fill in the hooks."""
 
     name = ""
+    # True for engines whose per-class state a link change can alter anywhere (updn's hop tables
+    # depend on the order OpenSM walks them): a reroute recomputes every class, and keeps the LFT
+    # of every row whose groups came out the same.
+    recompute_every_class = False
 
     # -- hooks ----------------------------------------------------------------------------------
 
@@ -220,6 +224,8 @@ class ClassEngine:
                 recompute[:c_old] |= single
                 if (contains & ~single).any():
                     mask_rows.add(row)
+        if self.recompute_every_class:
+            recompute[:] = True
         order = routing_order(fabric, graph)
         if not np.array_equal(order, old.routing_order_hosts):  # a host cable moved OpenSM's walk
             lft_rows.update(range(layout.num_rows))  # every switch balances over the new order
@@ -234,7 +240,10 @@ class ClassEngine:
             routing_order_hosts=order,
         )
         columns = np.flatnonzero(recompute)
-        state.per_class = self._merge_class_state(old, state, columns, c_new)
+        if self.recompute_every_class:  # shapes follow the link states: nothing of the old to merge
+            state.per_class = self.class_state(state, columns)
+        else:
+            state.per_class = self._merge_class_state(old, state, columns, c_new)
         group_ids = np.full((layout.num_rows, c_new), NO_ROUTE, dtype=np.int32)
         group_ids[:, :c_old] = old_ids
         if columns.size:

@@ -36,6 +36,7 @@ from services.topology.routing.balance import balanced_lft, node_guid_keys
 from services.topology.routing.classbased import ClassEngine, ClassState, EngineRefused
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.minhop import UNREACHABLE, class_distances, row_candidates
+from services.topology.routing.updn_hops import NO_HOPS, SwitchPorts, updn_port_hops
 
 __all__ = [
     "ClimbOrder",
@@ -257,23 +258,84 @@ class UpDownRoutes(ClassEngine):
         return shorter, usable & (there + 1 == here) & here_down
 
 
-class UpDown(UpDownRoutes):
-    """OpenSM's `updn` engine: up*/down* min-hop routes from root switches, balanced like minhop."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class UpdnLayout:
+    """updn's engine state: the ranking and the usable switch ports its walk goes over."""
+
+    ranking: Ranking
+    ports: SwitchPorts
+    guid: np.ndarray  # uint64 [S], each switch's GUID (OpenSM's tie-break at equal rank)
+
+
+class UpDown(ClassEngine):
+    """OpenSM's `updn` engine: up*/down* min-hop routes from root switches, balanced like minhop.
+
+    Its groups are the ports OpenSM's own walk gives the least hop count (updn_hops.py), which is
+    not always the set of every up*/down* shortest path (a switch the walk reaches from two sides
+    keeps the ports of both), so it takes its candidates from that walk, not from modes."""
 
     name = "updn"
+    recompute_every_class = True
 
     def __init__(self, roots: Sequence[int] = ()) -> None:
         self.root_guids = tuple(int(guid) for guid in roots)  # empty: OpenSM's detection
 
-    def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> Ranking:
+    def engine_state(self, fabric: Fabric, graph: ChannelGraph, layout: RowLayout) -> UpdnLayout:
         roots = root_nodes(fabric, self.root_guids) if self.root_guids else None
-        return rank_switches(fabric, graph, layout, roots)
+        ranking = rank_switches(fabric, graph, layout, roots)
+        return UpdnLayout(ranking, SwitchPorts(graph, layout), node_guid_keys(fabric)[layout.switch_nodes])
 
-    def roots(self, extra: Ranking) -> Ranking:
-        return extra
+    def roots(self, extra: UpdnLayout) -> Ranking:
+        return extra.ranking
 
-    def same_engine_state(self, old: Ranking, new: Ranking) -> bool:
-        return bool(np.array_equal(old.order, new.order)) and bool(np.array_equal(old.is_root, new.is_root))
+    def same_engine_state(self, old: UpdnLayout, new: UpdnLayout) -> bool:
+        return bool(np.array_equal(old.ranking.order, new.ranking.order)) and bool(
+            np.array_equal(old.ranking.is_root, new.ranking.is_root)
+        )
+
+    def class_state(self, state: ClassState, columns: np.ndarray) -> dict[str, np.ndarray]:
+        """Per class (destination switches; a multi-homed host's class takes the best of its
+        switches): every usable switch port's hop count, and each switch's least, plus one."""
+        layout, extra = state.layout, state.extra
+        ranking, classes = extra.ranking, state.classes
+        starts, ends = classes.switch_offsets[columns], classes.switch_offsets[columns + 1]
+        counts = ends - starts
+        members = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+        targets = layout.switch_index[classes.switches[members]]
+        dests, inverse = np.unique(targets, return_inverse=True)
+        is_root = ranking.is_root[layout.switch_nodes]
+        hops, least = updn_port_hops(extra.ports, dests, ranking.rank, extra.guid, is_root)
+        owner = np.repeat(np.arange(columns.shape[0]), counts)
+        port_hops = np.full((columns.shape[0], hops.shape[1]), NO_HOPS, dtype=np.uint8)
+        best = np.full((columns.shape[0], least.shape[1]), NO_HOPS, dtype=np.uint8)
+        np.minimum.at(port_hops, owner, hops[inverse])
+        np.minimum.at(best, owner, least[inverse])
+        level = np.where(best == NO_HOPS, UNREACHABLE, best.astype(np.int16) + 1).astype(np.int16)
+        return {"port_hops": port_hops, "hops": level}
+
+    def candidates(
+        self, state: ClassState, lo: int, hi: int, columns: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        hops = state.per_class["hops"][columns]  # [c, S], 1 at the class's switches
+        toward, own, _, deliver = row_candidates(state, lo, hi, hops)
+        routed = (own >= 2) & (own < UNREACHABLE)
+        valid = (toward == (own - 1)[:, None, :]) & routed[:, None, :]  # host rows (as minhop)
+        switch_rows = state.layout.is_switch_row[lo:hi]
+        if switch_rows.any():
+            padded = state.layout.padded[lo:hi][switch_rows]
+            entry = np.where(padded >= 0, state.extra.ports.entry_of_channel[np.maximum(padded, 0)], -1)
+            port_hops = state.per_class["port_hops"][columns]  # [c, entries], then a column of "none"
+            port_hops = np.concatenate(
+                [port_hops, np.full((port_hops.shape[0], 1), NO_HOPS, np.uint8)], axis=1
+            )
+            through = np.moveaxis(port_hops[:, entry], 0, -1).astype(np.int16)  # [n, W, c]
+            exact = (entry >= 0)[:, :, None] & (through + 1 == own[switch_rows][:, None, :])
+            valid[switch_rows] = exact & routed[switch_rows][:, None, :]
+        return valid, deliver
+
+    def up_effects(self, state: ClassState, channel: int) -> tuple[np.ndarray, np.ndarray]:
+        none = np.zeros(state.classes.num_classes, dtype=bool)
+        return none, none  # every class is recomputed (recompute_every_class)
 
     def lft(self, state: ClassState, group_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return balanced_lft(

@@ -974,7 +974,10 @@ class Node(_message.Message):
     radix: _builtins.int
     """Number of ports, 1..65,535."""
     guid: _builtins.int
-    """Node GUID where known (from ibnetdiscover), else 0."""
+    """Node GUID: the dump's (ibnetdiscover), else the deterministic one every export writes
+    (0xfab0000000000000 + ((index + 1) << 8)) and OpenSM sees when it routes that export; the GUID
+    `routing_roots` names a switch by.
+    """
     lid: _builtins.int
     """Base LID where known or assigned (0..65,535 in a dump; assigned ones follow the highest given)."""
     rail: _builtins.int
