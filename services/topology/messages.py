@@ -182,6 +182,7 @@ def routing_summary(change: RoutingChange) -> topology_pb2.RoutingSummary:
         compute_ns=routes.compute_ns,
         changed_entries=change.changed_entries,
         changed_switches=max(change.changed_switches, int(change.lft_switches.shape[0])),
+        changed_lft_switches=int(change.lft_switches.shape[0]),
         unreachable_pairs=routes.unreachable_pairs,
         incremental=routes.incremental,
         engine_used=engine_value(routes.engine_used),

@@ -186,3 +186,68 @@ def test_cli_fabric_errors_name_the_field_and_exit_one(topology, capsys) -> None
     assert code == 1 and "(NOT_FOUND)" in err
     code, _, err = cli(capsys, topology, "fabric", "update", "nowhere")
     assert code == 2 and "nothing to update" in err
+
+
+def test_the_sdk_and_cli_say_which_engine_routed_from_which_roots_and_how_a_failure_rerouted(
+    topology, capsys, tmp_path
+) -> None:
+    """A grown cluster imported for ftree is routed by minhop, as OpenSM would, and the CLI says why;
+    updn's roots are given by GUID (a file, as OpenSM's root GUID file) and reported by name; a link
+    down reroutes as a running subnet manager (only the entries it must move)."""
+    from services.topology.formats import export_fabric
+    from tests.real_like import cluster_like
+
+    dump = tmp_path / "grown.json"
+    dump.write_text(export_fabric(cluster_like(1), "json"))
+    code, out, err = cli(
+        capsys,
+        topology,
+        "fabric",
+        "import",
+        str(dump),
+        "--format",
+        "json",
+        "--id",
+        "e2e-grown",
+        "--routing",
+        "ftree",
+    )
+    assert code == 0 and "ftree->minhop" in out, out
+    assert "ftree did not route this fabric; minhop did, as OpenSM falls back: ERR AB26" in err, err
+    with client_of(topology) as client:
+        spine = next(n for n in client.fabrics.nodes("e2e-grown") if n.display_name == "spine-0")
+        roots = tmp_path / "roots.txt"
+        roots.write_text(f"{spine.guid:#x}  # spine-0\n")
+        code, out, err = cli(
+            capsys,
+            topology,
+            "fabric",
+            "compute-routes",
+            "e2e-grown",
+            "--routing",
+            "updn",
+            "--roots",
+            f"@{roots}",
+        )
+        assert code == 0 and "roots (given): spine-0" in out, out
+        fabric = client.fabrics.get("e2e-grown")
+        assert list(fabric.routing_roots) == [f"{spine.guid:#018x}"]
+        assert fabric.engine_used == topology_pb2.ROUTING_ENGINE_UPDN
+        summary = client.fabrics.compute_routes("e2e-grown", detect_roots=True, reroute="fresh")
+        assert summary.root_selection == topology_pb2.ROOT_SELECTION_DETECTED
+        assert client.fabrics.get("e2e-grown").reroute == topology_pb2.REROUTE_MODE_FRESH
+    code, out, _ = cli(capsys, topology, "fabric", "create", "fat-tree", "--k", "8", "--id", "e2e-k8")
+    assert code == 0
+    code, out, _ = cli(
+        capsys,
+        topology,
+        "fabric",
+        "link-set",
+        "pod0-agg0/p1<->pod0-edge0/p5",
+        "--fabric",
+        "e2e-k8",
+        "--state",
+        "down",
+    )
+    assert code == 0 and "(incremental): 66 LFT entries changed on 33 switches" in out, out
+    assert "most changed: pod0-edge0 31" in out, out

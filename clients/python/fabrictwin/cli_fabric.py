@@ -24,7 +24,7 @@ from fabrictwin.cli_common import (
 )
 from fabrictwin.cli_wait import ProgressView, working
 from fabrictwin.client import Client
-from fabrictwin.format import fabrics_table
+from fabrictwin.format import fabric_routing_notes, fabrics_table, routing_summary_text
 from fabrictwin.names import enum_label
 from fabrictwin.tables import forwarding_table, links_table, nodes_table, paths_table
 from fabrictwin.v1 import topology_pb2
@@ -71,6 +71,7 @@ def _create_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="routing engine (default minhop)",
     )
+    _routing_options(parser)
     parser.add_argument(
         "--label",
         type=key_value_arg,
@@ -79,6 +80,44 @@ def _create_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a label (repeat)",
     )
+
+
+def _routing_options(parser: argparse.ArgumentParser) -> None:
+    """--roots and --reroute: the routing settings create, import and compute-routes take."""
+    parser.add_argument(
+        "--roots",
+        type=guid_list_arg,
+        default=[],
+        metavar="GUID,...",
+        help="updn/ftree root switches by GUID (or @FILE, one a line, as OpenSM's root GUID file); "
+        "default: found as OpenSM finds them",
+    )
+    parser.add_argument(
+        "--reroute",
+        choices=["incremental", "fresh"],
+        default=None,
+        help="how link changes reroute: incremental keeps every still-valid entry, as a running OpenSM "
+        "(default); fresh recomputes every table",
+    )
+
+
+def guid_list_arg(value: str) -> list[str]:
+    """`0x2c903000a1b2c,0x...` (or a file of one GUID a line, as OpenSM's root GUID file, with @FILE)."""
+    if value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {value[1:]}: {exc.strerror}") from None
+        items = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    else:
+        items = [item.strip() for item in value.split(",")]
+    return [item for item in items if item]
+
+
+def _routing_notes(fabric: topology_pb2.Fabric) -> None:
+    for note in fabric_routing_notes(fabric):
+        warn(f"note: {note}")
 
 
 def _create(client: Client, args: argparse.Namespace, spec: topology_pb2.FabricSpec) -> int:
@@ -91,8 +130,11 @@ def _create(client: Client, args: argparse.Namespace, spec: topology_pb2.FabricS
         display_name=args.display_name,
         routing_engine=args.routing,
         labels=dict(args.label),
+        routing_roots=args.roots,
+        reroute=args.reroute,
     )
     emit(args, fabric, _fabric_row)
+    _routing_notes(fabric)
     return 0
 
 
@@ -125,7 +167,9 @@ def _list(client: Client, args: argparse.Namespace) -> int:
 
 
 def _get(client: Client, args: argparse.Namespace) -> int:
-    emit(args, client.fabrics.get(args.name), _fabric_row)
+    fabric = client.fabrics.get(args.name)
+    emit(args, fabric, _fabric_row)
+    _routing_notes(fabric)
     return 0
 
 
@@ -188,6 +232,8 @@ def _import(client: Client, args: argparse.Namespace) -> int:
         "fabric_id": args.id,
         "display_name": args.display_name,
         "routing_engine": args.routing,
+        "routing_roots": args.roots,
+        "reroute": args.reroute,
         "default_link_speed_gbps": args.default_speed_gbps,
         "default_link_latency_ns": args.default_latency_ns,
     }
@@ -209,6 +255,7 @@ def _import(client: Client, args: argparse.Namespace) -> int:
     emit(args, fabric, _fabric_row)
     for note in fabric.import_notes:
         warn(f"note: {note}")
+    _routing_notes(fabric)
     return 0
 
 
@@ -234,12 +281,7 @@ def _link_set(client: Client, args: argparse.Namespace) -> int:
     response = client.fabrics.set_link_state(args.fabric, args.link, args.state, bit_error_rate=args.ber)
 
     def human(r: topology_pb2.SetLinkStateResponse) -> str:
-        routing = r.routing
-        return (
-            f"{links_table([r.link])}\nrerouted: routing version {routing.routing_version}, "
-            f"{routing.changed_entries} entries on {routing.changed_switches} switches changed, "
-            f"{routing.unreachable_pairs} unreachable host pairs"
-        )
+        return f"{links_table([r.link])}\nrerouted {routing_summary_text(r.routing)}"
 
     emit(args, response, human)
     return 0
@@ -247,16 +289,17 @@ def _link_set(client: Client, args: argparse.Namespace) -> int:
 
 def _reroute(client: Client, args: argparse.Namespace) -> int:
     dump = _read_input(args.lfts_dump) if args.lfts_dump else ""
-    summary = client.fabrics.compute_routes(args.name, routing_engine=args.routing, lfts_dump=dump)
-
-    def human(s: topology_pb2.RoutingSummary) -> str:
-        engine = enum_label(topology_pb2.RoutingEngine, s.routing_engine).lower()
-        return (
-            f"{s.fabric}: {engine} routing version {s.routing_version}, {s.changed_entries} entries changed, "
-            f"{s.unreachable_pairs} unreachable host pairs, {s.compute_ns / 1e6:.1f} ms"
-        )
-
-    emit(args, summary, human)
+    if args.detect_roots and args.roots:
+        raise InputError("give --roots or --detect-roots, not both")
+    summary = client.fabrics.compute_routes(
+        args.name,
+        routing_engine=args.routing,
+        lfts_dump=dump,
+        routing_roots=args.roots,
+        detect_roots=args.detect_roots,
+        reroute=args.reroute,
+    )
+    emit(args, summary, routing_summary_text)
     return 0
 
 
@@ -368,6 +411,7 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--id", default="", help="id of the fabric; generated if omitted")
     p.add_argument("--display-name", default="", help="human-readable name")
     p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
+    _routing_options(p)
     p.add_argument(
         "--take-slower-end",
         action="store_true",
@@ -414,6 +458,12 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--routing", **choice(topology_pb2.RoutingEngine), default=None, help="routing engine")
         p.add_argument(
             "--lfts-dump", default="", help="opensm-lfts.dump file for the file engine ('-': stdin)"
+        )
+        _routing_options(p)
+        p.add_argument(
+            "--detect-roots",
+            action="store_true",
+            help="forget the fabric's --roots: find roots as OpenSM does",
         )
     p = leaf(
         group,

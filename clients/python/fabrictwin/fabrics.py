@@ -27,6 +27,12 @@ def _child_name(fabric: str, collection: str, value: str) -> str:
     return f"{resource_name('fabrics', fabric)}/{collection}/{value}"
 
 
+def guid_strings(guids: Iterable[int | str]) -> list[str]:
+    """GUIDs as the API takes them ("0x" and 16 hex digits); strings pass through for the server to
+    check (it names the bad one)."""
+    return [f"{guid:#018x}" if isinstance(guid, int) else str(guid) for guid in guids]
+
+
 class FabricsApi:
     """Fabrics, their nodes, links, routes and paths (TopologyService)."""
 
@@ -44,13 +50,25 @@ class FabricsApi:
         display_name: str = "",
         routing_engine: EnumLike | None = None,
         labels: Mapping[str, str] | None = None,
+        routing_roots: Iterable[int | str] = (),
+        reroute: EnumLike | None = None,
     ) -> topology_pb2.Fabric:
-        """Build a fabric from any generator spec and route it; the server picks an id if none is given."""
+        """Build a fabric from any generator spec and route it; the server picks an id if none is given.
+
+        `routing_roots`: updn/ftree root switch GUIDs (ints or "0x..."), as OpenSM's root GUID file;
+        `reroute`: how link state changes reroute, `incremental` (a running subnet manager's sweep,
+        the default) or `fresh`."""
         request = topology_pb2.CreateFabricRequest(
-            fabric_id=fabric_id, display_name=display_name, spec=spec, labels=dict(labels or {})
+            fabric_id=fabric_id,
+            display_name=display_name,
+            spec=spec,
+            labels=dict(labels or {}),
+            routing_roots=guid_strings(routing_roots),
         )
         if routing_engine is not None:
             request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+        if reroute is not None:
+            request.reroute = enum_value(topology_pb2.RerouteMode, reroute, "reroute")
         return self._connection.unary(self._stub.CreateFabric, request)
 
     def create_fat_tree(
@@ -152,11 +170,16 @@ class FabricsApi:
         documents: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
         archive: bytes = b"",
         port_speeds_gbps: Mapping[str, float] | None = None,
+        routing_roots: Iterable[int | str] = (),
+        reroute: EnumLike | None = None,
     ) -> topology_pb2.Fabric:
         """Import a dump (`format`: `ibnetdiscover`, `json`, `ns3_hpcc`, `lldp`, a TopologyFormat), route it.
 
         Per-node formats (`lldp`) take `documents` ((node, text) pairs or a mapping) or a tar
         `archive` instead of `content` (pass ""); `port_speeds_gbps` maps `node/ifname` to Gb/s.
+        `routing_roots` and `reroute` as for `create`. The Fabric says which engine routed it
+        (`engine_used`; OpenSM's fallback, minhop, where it refuses the fabric, with `fallback_reason`)
+        and from which roots (`roots_used`, `root_selection`).
         """
         request = topology_pb2.ImportFabricRequest(
             fabric_id=fabric_id,
@@ -168,7 +191,10 @@ class FabricsApi:
             take_slower_end_on_speed_mismatch=take_slower_end_on_speed_mismatch,
             archive=archive,
             port_speeds_gbps=dict(port_speeds_gbps or {}),
+            routing_roots=guid_strings(routing_roots),
         )
+        if reroute is not None:
+            request.reroute = enum_value(topology_pb2.RerouteMode, reroute, "reroute")
         items = documents.items() if isinstance(documents, Mapping) else (documents or ())
         request.documents.extend(topology_pb2.TopologyDocument(name=n, content=c) for n, c in items)
         if routing_engine is not None:
@@ -185,6 +211,8 @@ class FabricsApi:
         default_link_speed_gbps: float = 0.0,
         default_link_latency_ns: int = 0,
         port_speeds_gbps: Mapping[str, float] | None = None,
+        routing_roots: Iterable[int | str] = (),
+        reroute: EnumLike | None = None,
     ) -> topology_pb2.Fabric:
         """Import a fabric from LLDP neighbour tables: a directory of `NODE.json` files, a tar archive of
         them (a path), or (node, `lldpcli -f json show neighbors` text) pairs."""
@@ -202,6 +230,8 @@ class FabricsApi:
             documents=None if isinstance(given, bytes) else given,
             archive=given if isinstance(given, bytes) else b"",
             port_speeds_gbps=port_speeds_gbps,
+            routing_roots=routing_roots,
+            reroute=reroute,
         )
 
     def export(self, name: str, format: EnumLike = "json") -> str:
@@ -355,12 +385,28 @@ class FabricsApi:
         return self._connection.unary(self._stub.UpdateFabric, request)
 
     def compute_routes(
-        self, name: str, *, routing_engine: EnumLike | None = None, lfts_dump: str = ""
+        self,
+        name: str,
+        *,
+        routing_engine: EnumLike | None = None,
+        lfts_dump: str = "",
+        routing_roots: Iterable[int | str] = (),
+        detect_roots: bool = False,
+        reroute: EnumLike | None = None,
     ) -> topology_pb2.RoutingSummary:
-        """Recompute every forwarding table (with another engine if given; FILE needs `lfts_dump`)."""
-        request = topology_pb2.ComputeRoutesRequest(name=resource_name("fabrics", name), lfts_dump=lfts_dump)
+        """Recompute every forwarding table from scratch (with another engine if given; FILE needs
+        `lfts_dump`). `routing_roots` (updn/ftree root GUIDs) replace the fabric's, `detect_roots`
+        forgets them (roots found as OpenSM finds them); `reroute` sets how link changes reroute."""
+        request = topology_pb2.ComputeRoutesRequest(
+            name=resource_name("fabrics", name),
+            lfts_dump=lfts_dump,
+            routing_roots=guid_strings(routing_roots),
+            detect_roots=detect_roots,
+        )
         if routing_engine is not None:
             request.routing_engine = enum_value(topology_pb2.RoutingEngine, routing_engine, "routing_engine")
+        if reroute is not None:
+            request.reroute = enum_value(topology_pb2.RerouteMode, reroute, "reroute")
         return self._connection.unary(self._stub.ComputeRoutes, request)
 
     def watch(self, name: str) -> Iterator[topology_pb2.FabricEvent]:

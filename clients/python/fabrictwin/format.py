@@ -143,7 +143,7 @@ def fabrics_table(fabrics: Iterable[topology_pb2.Fabric], *, wide: bool = False)
             f.host_count,
             f.switch_count,
             f.link_count,
-            enum_label(topology_pb2.RoutingEngine, f.routing_engine).lower(),
+            fabric_routing(f),
             f.routing_version,
             format_timestamp(f.create_time),
         ]
@@ -153,6 +153,63 @@ def fabrics_table(fabrics: Iterable[topology_pb2.Fabric], *, wide: bool = False)
         rows.append(row)
     headers = ["NAME", "SOURCE", "HOSTS", "SWITCHES", "LINKS", "ROUTING", "VERSION", "CREATED"]
     return render_table(headers + (["DISPLAY_NAME", "LABELS", "UPDATED"] if wide else []), rows)
+
+
+def _engine(value: int) -> str:
+    return enum_label(topology_pb2.RoutingEngine, value).lower()
+
+
+def fabric_routing(fabric: topology_pb2.Fabric) -> str:
+    """`updn`, or `ftree->minhop` where the subnet manager fell back to another engine."""
+    asked = _engine(fabric.routing_engine)
+    used = fabric.engine_used and _engine(fabric.engine_used)
+    return f"{asked}->{used}" if used and used != asked else asked
+
+
+def fabric_routing_notes(fabric: topology_pb2.Fabric) -> list[str]:
+    """What to tell a user about how a fabric was routed: a fallback and its reason, updn's or
+    ftree's roots and how they were chosen."""
+    notes = []
+    asked = _engine(fabric.routing_engine)
+    if fabric.fallback_reason:
+        notes.append(
+            f"{asked} did not route this fabric; {_engine(fabric.engine_used)} did, as OpenSM falls back: "
+            + fabric.fallback_reason
+        )
+    if fabric.roots_used:
+        how = enum_label(topology_pb2.RootSelection, fabric.root_selection).lower()
+        notes.append(f"{asked} roots ({how}): {', '.join(fabric.roots_used)}")
+    return notes
+
+
+def routing_summary_text(s: topology_pb2.RoutingSummary, *, switches: int = 5) -> str:
+    """A routing computation in a few lines: engine (and fallback), roots, how it rerouted, what it
+    changed (LFT entries and equal-cost sets, the most changed switches)."""
+    engine = _engine(s.routing_engine)
+    used = _engine(s.engine_used) if s.engine_used else engine
+    mode = enum_label(topology_pb2.RerouteMode, s.reroute).lower()
+    shown = engine if used == engine else f"{engine}->{used}"
+    lines = [
+        f"{s.fabric}: {shown} routing version {s.routing_version} "
+        f"({mode}): {s.changed_lft_entries} LFT entries changed on {s.changed_lft_switches} switches "
+        f"({s.changed_entries} with their equal-cost sets, on {s.changed_switches}), {s.unreachable_pairs} "
+        f"unreachable host pairs, {s.compute_ns / 1e6:.1f} ms"
+    ]
+    if s.fallback_reason:
+        lines.append(f"  {engine} fell back to {used}, as OpenSM does: {s.fallback_reason}")
+    if s.roots:
+        how = enum_label(topology_pb2.RootSelection, s.root_selection).lower()
+        names = [r.rsplit("/", 1)[-1] for r in s.roots]
+        lines.append(
+            f"  roots ({how}): {', '.join(names[:8])}"
+            + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        )
+    if s.changed_per_switch:
+        most = ", ".join(
+            f"{c.switch.rsplit('/', 1)[-1]} {c.lft_entries}" for c in s.changed_per_switch[:switches]
+        )
+        lines.append(f"  most changed: {most}")
+    return "\n".join(lines)
 
 
 def _mode(lb: common_pb2.LoadBalancing) -> str:

@@ -1412,6 +1412,7 @@ class RoutingSummary(_message.Message):
     REROUTE_FIELD_NUMBER: _builtins.int
     CHANGED_LFT_ENTRIES_FIELD_NUMBER: _builtins.int
     CHANGED_PER_SWITCH_FIELD_NUMBER: _builtins.int
+    CHANGED_LFT_SWITCHES_FIELD_NUMBER: _builtins.int
     fabric: _builtins.str
     """`fabrics/{fabric}`."""
     routing_engine: Global___RoutingEngine.ValueType
@@ -1444,6 +1445,10 @@ class RoutingSummary(_message.Message):
     """LFT entries (switch, destination host) whose output port changed: what a subnet manager
     reprograms. `changed_entries` also counts entries whose equal-cost set changed.
     """
+    changed_lft_switches: _builtins.int
+    """Switches with changed LFT entries (`changed_switches` also counts those whose equal-cost sets
+    alone changed).
+    """
     @_builtins.property
     def roots(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """updn/ftree: the root switches (resource names) and how they were chosen."""
@@ -1451,7 +1456,7 @@ class RoutingSummary(_message.Message):
     @_builtins.property
     def changed_per_switch(self) -> _containers.RepeatedCompositeFieldContainer[Global___SwitchChanges]:
         """Per switch with changed LFT entries, how many (at most 1,000 switches, most changed first;
-        `changed_switches` counts them all).
+        `changed_lft_switches` counts them all).
         """
 
     def __init__(
@@ -1472,10 +1477,11 @@ class RoutingSummary(_message.Message):
         reroute: Global___RerouteMode.ValueType = ...,
         changed_lft_entries: _builtins.int = ...,
         changed_per_switch: _abc.Iterable[Global___SwitchChanges] | None = ...,
+        changed_lft_switches: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_entries", b"changed_entries", "changed_lft_entries", b"changed_lft_entries", "changed_per_switch", b"changed_per_switch", "changed_switches", b"changed_switches", "compute_ns", b"compute_ns", "engine_used", b"engine_used", "fabric", b"fabric", "fallback_reason", b"fallback_reason", "incremental", b"incremental", "reroute", b"reroute", "root_selection", b"root_selection", "roots", b"roots", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "unreachable_pairs", b"unreachable_pairs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_entries", b"changed_entries", "changed_lft_entries", b"changed_lft_entries", "changed_lft_switches", b"changed_lft_switches", "changed_per_switch", b"changed_per_switch", "changed_switches", b"changed_switches", "compute_ns", b"compute_ns", "engine_used", b"engine_used", "fabric", b"fabric", "fallback_reason", b"fallback_reason", "incremental", b"incremental", "reroute", b"reroute", "root_selection", b"root_selection", "roots", b"roots", "routing_engine", b"routing_engine", "routing_version", b"routing_version", "unreachable_pairs", b"unreachable_pairs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
