@@ -9,6 +9,8 @@ from bench.registry import benchmark
 from services.topology.fabric import Fabric, LinkState
 from services.topology.generators import fat_tree
 from services.topology.routing import diff_routes, engine_named
+from services.topology.routing.routes import lft_changes
+from services.topology.routing.sweep import reroute
 from services.topology.snapshots import build_snapshot
 
 
@@ -56,33 +58,44 @@ def route_k32_updn() -> dict:
     return _build_and_route(32, "updn")
 
 
-def _fail(fabric: Fabric, name: str) -> tuple[Fabric, float, tuple[int, int], bool]:
-    """Reroute after link `name` goes down, as SetLinkState does: (fabric, seconds, diff, incremental)."""
-    router = engine_named("minhop")
+def _fail(fabric: Fabric, name: str, engine: str = "minhop", mode: str = "incremental") -> dict:
+    """Reroute after link `name` goes down, as SetLinkState does (in `mode`), and diff the tables:
+    seconds, LFT entries changed, entries whose LFT port or equal-cost set changed, switches."""
+    router = engine_named(engine)
     routes = router.compute(fabric)
     states = fabric.link_state.copy()
     states[fabric.link_index(name)] = LinkState.DOWN
     broken = dataclasses.replace(fabric, link_state=states)
     start = time.perf_counter()
-    rerouted = router.reroute(broken, routes)
-    changed = diff_routes(fabric, routes, broken, rerouted, rerouted.changed_rows)
-    return broken, time.perf_counter() - start, changed, rerouted.incremental
+    rerouted = reroute(router, broken, routes, mode)
+    entries, switches = diff_routes(fabric, routes, broken, rerouted, rerouted.changed_rows)
+    _, lft_counts = lft_changes(broken, routes, rerouted, rerouted.changed_rows)
+    return {
+        "seconds": round(time.perf_counter() - start, 3),
+        "changed_lft_entries": int(lft_counts.sum()),
+        "changed_entries": entries,
+        "changed_switches": switches,
+    }
 
 
 @benchmark("topology.reroute.k32")
 def reroute_k32() -> dict:
-    """minhop on a k=32 fat-tree: an edge-aggregation link fails (the timed figure), then, separately,
-    a core link and a host's only link (every switch's LFT balancing shifts: the worst case)."""
+    """k=32 fat-tree: an edge-aggregation link fails, rerouted as a running subnet manager sweeps
+    (the timed figure, minhop), and from scratch (`fresh`); then, separately, a core link, a host's
+    only link (every switch's LFT balancing shifts in fresh mode: the worst case) and updn."""
     fabric = fat_tree(32)
-    _, seconds, (entries, switches), incremental = _fail(fabric, "pod3-agg5/p2<->pod3-edge1/p22")
-    _, core_seconds, _, _ = _fail(fabric, "core-17/p4<->pod3-agg1/p18")
-    _, host_seconds, (host_entries, _), _ = _fail(fabric, "pod7-edge2/p3<->pod7-edge2-h2/p1")
+    edge, core, host = (
+        "pod3-agg5/p2<->pod3-edge1/p22",
+        "core-17/p4<->pod3-agg1/p18",
+        "pod7-edge2/p3<->pod7-edge2-h2/p1",
+    )
+    sweep = _fail(fabric, edge)
+    fresh = _fail(fabric, edge, mode="fresh")
     return {
-        "seconds": round(seconds, 3),
-        "incremental": incremental,
-        "changed_entries": entries,
-        "changed_switches": switches,
-        "core_link_seconds": round(core_seconds, 3),
-        "host_link_seconds": round(host_seconds, 3),
-        "host_link_changed_entries": host_entries,
+        **sweep,
+        "fresh": fresh,
+        "core_link": _fail(fabric, core),
+        "host_link": _fail(fabric, host),
+        "host_link_fresh": _fail(fabric, host, mode="fresh"),
+        "updn": _fail(fabric, edge, "updn"),
     }

@@ -106,6 +106,21 @@ def test_a_sweep_balances_the_entries_it_moves_counting_the_ones_it_keeps():
         assert load[int(new[row, h])] <= min(load.values()) + 1
 
 
+def test_a_host_cut_off_loses_its_entries_everywhere_and_nothing_else_moves():
+    """OpenSM drops the LID of a CA it no longer reaches: every switch's entry toward it goes to no
+    port, and every other entry stays (each is still valid)."""
+    fabric = fat_tree(8)
+    engine = engine_named("minhop")
+    before = engine.compute(fabric)
+    down = with_states(fabric, {"pod7-edge2/p3<->pod7-edge2-h2/p1": LinkState.DOWN})
+    swept = sweep(engine, down, before)
+    host = int(fabric.node_host[fabric.node_index("pod7-edge2-h2")])
+    old, new = switch_lfts(fabric, before), switch_lfts(down, swept)
+    assert (new[:, host] == 0).all() and (old[:, host] > 0).all()
+    others = np.arange(fabric.num_hosts) != host
+    np.testing.assert_array_equal(new[:, others], old[:, others])
+
+
 def test_a_cable_that_comes_back_up_is_routed_afresh_as_opensm_does_for_ports_in_init():
     fabric = fat_tree(4)
     engine = engine_named("minhop")

@@ -254,7 +254,7 @@ class ClassEngine:
         for row in sorted(mask_rows):
             valid, deliver = self.candidates(state, row, row + 1, all_columns)
             group_ids[row] = state.groups.assign(row, valid, deliver)[0]
-        changed = self._changed_rows(old, state, old_ids, group_ids, lft_rows)
+        changed = self.changed_rows(old, state, old_ids, group_ids, lft_rows)
         lft = previous.table.lft_ports.astype(np.int64)
         if changed.size:
             lft[changed] = self.lft(state, group_ids, changed)
@@ -291,7 +291,7 @@ class ClassEngine:
         return merged
 
     @staticmethod
-    def _changed_rows(
+    def changed_rows(
         old: ClassState, state: ClassState, old_ids: np.ndarray, new_ids: np.ndarray, extra: set[int]
     ) -> np.ndarray:
         """Rows whose group toward some destination host differs (plus `extra`)."""

@@ -100,6 +100,15 @@ class RowLayout:
     def port_columns(self, graph: ChannelGraph, rows: np.ndarray, ports: np.ndarray) -> np.ndarray:
         """[len(rows), K] the layout column of each row's port in `ports` [len(rows), K] (-1 where the
         row has no such port, or the port is 0)."""
+        highest = int(graph.port.max(initial=0))
+        if highest < 1024:  # the usual switch: one dense row of columns by port
+            table = np.full((rows.shape[0], highest + 2), -1, dtype=np.int64)
+            padded = self.padded[rows]
+            held = padded >= 0
+            owner = np.nonzero(held)[0]
+            table[owner, graph.port[padded[held]]] = np.nonzero(held)[1]
+            column = table[np.arange(rows.shape[0])[:, None], np.clip(ports, 0, highest + 1)]
+            return np.where(ports > 0, column, -1)
         padded = self.padded[rows]
         port_of = np.where(padded >= 0, graph.port[np.maximum(padded, 0)], -1)  # ascending, -1 last
         width = max(padded.shape[1], 1)

@@ -29,7 +29,7 @@ import numpy as np
 
 from services.common.snapshot import RouteTable
 from services.topology.fabric import Fabric
-from services.topology.routing.classbased import ClassState
+from services.topology.routing.classbased import ClassEngine, ClassState
 from services.topology.routing.groups import GroupTable
 from services.topology.routing.routes import Routes
 
@@ -55,8 +55,14 @@ def sweep(engine: Any, fabric: Fabric, previous: Routes) -> Routes:
         return fresh
     if (new.graph.usable_link & ~old.graph.usable_link).any():
         return fresh
-    lft = keep_valid_entries(new, fresh.table, previous.table.lft_ports)
-    moved = np.flatnonzero((lft != previous.table.lft_ports).any(axis=1))
+    # Rows whose groups came out the same keep every entry (each is still in its group): only the
+    # others are looked at.
+    if fresh.group_lineage is previous.group_lineage:  # group ids mean the same groups in both
+        regrouped = ClassEngine.changed_rows(old, new, previous.table.group_ids, fresh.table.group_ids, set())
+    else:  # routed anew (other roots, a fallback): look at every row
+        regrouped = np.arange(new.layout.num_rows)
+    lft = keep_valid_entries(new, fresh.table, previous.table.lft_ports, regrouped)
+    moved = regrouped[(lft[regrouped] != previous.table.lft_ports[regrouped]).any(axis=1)]
     changed = None if fresh.changed_rows is None else np.union1d(fresh.changed_rows, moved)
     return dataclasses.replace(
         fresh,
@@ -69,11 +75,14 @@ def sweep(engine: Any, fabric: Fabric, previous: Routes) -> Routes:
     )
 
 
-def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.ndarray) -> np.ndarray:
+def keep_valid_entries(
+    state: ClassState, table: RouteTable, previous_lft: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
     """LFT ports [R, H]: `previous_lft` where its port is in the entry's new equal-cost group, the
     other entries chosen again by OpenSM's balancing (kept entries counted); delivery and unrouted
-    entries as `table` (the fresh routing) has them."""
-    out = table.lft_ports.astype(np.int64)
+    entries as `table` (the fresh routing) has them. Only `rows` are looked at: every other row keeps
+    `previous_lft` whole (its groups did not change)."""
+    out = previous_lft.astype(np.int64)
     host_class = state.classes.host_class
     hosts = host_class.shape[0]
     if table.group_ids.shape[1] == 0 or hosts == 0:
@@ -82,7 +91,8 @@ def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.nd
     masks = groups.masks()
     columns = groups.layout.padded.shape[1]
     order = state.routing_order_hosts
-    rows = np.flatnonzero(state.layout.is_switch_row)
+    rows = rows[state.layout.is_switch_row[rows]]
+    fresh = table.lft_ports
     for lo in range(0, rows.shape[0], 256):
         chunk = rows[lo : lo + 256]
         cells = np.where(host_class >= 0, table.group_ids[chunk][:, np.maximum(host_class, 0)], -1)
@@ -95,7 +105,7 @@ def keep_valid_entries(state: ClassState, table: RouteTable, previous_lft: np.nd
             masks[safe, np.minimum(col // 64, masks.shape[1] - 1)] >> (col % 64).astype(np.uint64)
         ) & np.uint64(1)
         keep = grouped & (column >= 0) & (bit == 1)
-        out[chunk] = np.where(keep, old, out[chunk])
+        out[chunk] = np.where(keep, old, fresh[chunk])
         for i in np.flatnonzero((grouped & ~keep).any(axis=1)).tolist():
             out[chunk[i]] = _rebalance(
                 groups,
