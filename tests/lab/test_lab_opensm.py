@@ -273,6 +273,7 @@ def test_updn_with_a_root_guid_list_equals_opensm_given_the_same_root_guid_file(
 LIVE_CASES = {
     "fat-tree-k8 edge-aggregation": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge2", "pod3-agg1")),
     "fat-tree-k8 aggregation-core": (lambda: export_ibsim(fat_tree(8)), ("pod5-agg2", "core-9")),
+    "fat-tree-k8 a host's cable": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge1", "pod3-edge1-h0")),
     "cluster-like-2 one of parallel cables": (lambda: export_ibsim(cluster_like(2)), ("spine-0", "leaf-1")),
     "ibsim net.2sw2path one of two cables": (
         lambda: real_dump(TESTDATA / "ibsim" / "net.2sw2path"),

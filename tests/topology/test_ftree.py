@@ -1,9 +1,10 @@
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
 
-from services.topology.fabric import LinkState
+from services.topology.fabric import LinkState, NodeKind
 from services.topology.generators import fat_tree, leaf_spine
 from services.topology.routing import engine_named
 from services.topology.routing.ftree_check import check_fat_tree
@@ -190,3 +191,24 @@ def test_a_fat_tree_opensm_accepts_without_a_closed_form_is_routed_by_opensms_wa
     for switch, table in walked.lft.items():
         for host, port in table.items():
             assert routes.lft_ports(switch)[host] == port, (fabric.node_names[switch], host)
+
+
+def test_a_host_whose_cable_is_down_is_routed_as_if_it_were_not_there():
+    """OpenSM drops a CA it no longer reaches; its ftree then routes the leaf with one CA fewer (a
+    dummy in its place), exactly as a fabric imported without it (checked on ibsim with a running
+    OpenSM: tests/lab)."""
+    fabric = fat_tree(8)
+    states = fabric.link_state.copy()
+    states[fabric.link_index("pod3-edge1/p1<->pod3-edge1-h0/p1")] = LinkState.DOWN
+    cut = engine_named("ftree").compute(dataclasses.replace(fabric, link_state=states))
+    absent_fabric = without(fat_tree(8), {"pod3-edge1-h0"})
+    absent = engine_named("ftree").compute(absent_fabric)
+    for node in np.flatnonzero(fabric.node_kind == NodeKind.SWITCH).tolist():
+        other = absent_fabric.node_index(fabric.node_names[node])
+        for h in range(fabric.num_hosts):
+            name = fabric.node_names[fabric.host_nodes[h]]
+            if name != "pod3-edge1-h0":
+                assert (
+                    cut.lft_ports(node)[h]
+                    == absent.lft_ports(other)[absent_fabric.node_host[absent_fabric.node_index(name)]]
+                )

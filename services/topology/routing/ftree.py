@@ -40,6 +40,7 @@ from services.topology.routing.ftree_indexing import FullFatTree
 from services.topology.routing.ftree_walk import FtreeWalk
 from services.topology.routing.graph import ChannelGraph, RowLayout
 from services.topology.routing.groups import GroupTable
+from services.topology.routing.routes import Routes
 from services.topology.routing.updn import Ranking, UpDownRoutes, ranking_from, root_nodes
 
 __all__ = ["FatTree", "FatTreeLayout"]
@@ -129,18 +130,18 @@ def _rotations(graph: ChannelGraph, layout: RowLayout, ranking: Ranking, divisor
     return out
 
 
-def _indexing(fabric: Fabric, physical: ChannelGraph) -> FullFatTree | None:
-    """FullFatTree.of, kept for the last few cablings: it depends on cabling and GUIDs only, and a
-    reroute (one link state changed) would otherwise redo it."""
+def _indexing(fabric: Fabric, graph: ChannelGraph) -> FullFatTree | None:
+    """FullFatTree.of over the usable links (a CA whose cable is down is no destination to OpenSM),
+    kept for the last few fabrics: it depends on cabling, link states and GUIDs only."""
     digest = hashlib.blake2b(digest_size=16)
-    for array in (fabric.node_kind, fabric.node_guid, fabric.link_a, fabric.link_b, physical.port):
+    for array in (fabric.node_kind, fabric.node_guid, fabric.link_a, fabric.link_b, graph.port, graph.usable):
         digest.update(np.ascontiguousarray(array).tobytes())
     key = digest.digest()
     with _INDEXINGS_LOCK:
         if key in _INDEXINGS:
             _INDEXINGS.move_to_end(key)
             return _INDEXINGS[key]
-    found = FullFatTree.of(fabric, physical)
+    found = FullFatTree.of(fabric, graph)
     with _INDEXINGS_LOCK:
         _INDEXINGS[key] = found
         while len(_INDEXINGS) > _INDEXINGS_KEPT:
@@ -193,7 +194,7 @@ class FatTree(UpDownRoutes):
         ranks = check_fat_tree(fabric, graph, given)
         ranking = ranking_from(fabric, graph, layout, ranks.roots, "detected" if given is None else "given")
         divisor = _divisors(graph, layout, ranking)
-        full = _indexing(fabric, physical)
+        full = _indexing(fabric, graph)
         return FatTreeLayout(
             ranking=ranking,
             host_position=_host_positions(fabric, physical),
@@ -205,6 +206,11 @@ class FatTree(UpDownRoutes):
 
     def roots(self, extra: FatTreeLayout) -> Ranking:
         return extra.ranking
+
+    def reroute(self, fabric: Fabric, previous: Routes) -> Routes:
+        """OpenSM's ftree writes its tables whole at every sweep, from its own walk: routed afresh (its
+        fallback, minhop, where the changed fabric is no fat-tree to it)."""
+        return self.compute(fabric)
 
     def same_engine_state(self, old: FatTreeLayout, new: FatTreeLayout) -> bool:
         return (

@@ -136,9 +136,9 @@ class FullFatTree:
 
     @classmethod
     def of(cls, fabric: Fabric, graph: ChannelGraph) -> FullFatTree | None:
-        """OpenSM's view of `fabric`'s cabling (all of `graph`'s channels, whatever their state),
-        or None when the cabling is not a full fat-tree of two or three switch levels."""
-        to_host = ~graph.is_host[graph.source] & graph.is_host[graph.target]
+        """OpenSM's view of `fabric` over `graph`'s usable channels (a CA whose cable is down is not
+        there for it), or None when that is not a full fat-tree of two or three switch levels."""
+        to_host = ~graph.is_host[graph.source] & graph.is_host[graph.target] & graph.usable
         shape = _shape(fabric, graph, to_host)
         if shape is None:
             return None
