@@ -31,12 +31,17 @@ from tests.lab.ib_shifts import contention_free_shifts
 from tests.real_like import cluster_like, quasi_fat_tree
 
 __all__ = [
+    "DUMPS",
     "KNOWN_GAPS",
     "LAB_FABRICS",
+    "LIVE_CASES",
+    "MULTI_PORT_CAS",
+    "TESTDATA",
     "Agreement",
     "compare_engine",
     "lab_fabric",
     "lab_net_file",
+    "real_dump",
     "shift_counts",
 ]
 
@@ -54,6 +59,31 @@ LAB_FABRICS = {
     **{f"cluster-like-{seed}": functools.partial(cluster_like, seed) for seed in (1, 2, 3, 4, 7)},
     "quasi-fat-tree": quasi_fat_tree,  # a fat-tree to OpenSM's ftree, with no closed form
 }
+TESTDATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "testdata"
+DUMPS = sorted(TESTDATA.glob("ibnetdiscover/*.topo")) + sorted(TESTDATA.glob("ibsim/net*"))
+# Dumps whose CAs have several ports on the fabric: OpenSM routes every port's LID as a destination of
+# its own; the twin models a CA as one node with one LID (its lowest port's) reachable over all its
+# cables, so its tables have no entry to compare for the other LIDs.
+MULTI_PORT_CAS = {"ibtopotool-1.topo", "net.2sw2path4hca2port"}
+
+
+def real_dump(path: pathlib.Path) -> str:
+    """The dump as an ibsim net file (imported as the twin imports it, exported with its rates)."""
+    fabric = import_fabric("ibnetdiscover", path.read_text(), take_slower_end_on_speed_mismatch=True)
+    return export_ibsim(fabric)
+
+
+LIVE_CASES = {
+    "fat-tree-k8 edge-aggregation": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge2", "pod3-agg1")),
+    "fat-tree-k8 aggregation-core": (lambda: export_ibsim(fat_tree(8)), ("pod5-agg2", "core-9")),
+    "fat-tree-k8 a host's cable": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge1", "pod3-edge1-h0")),
+    "cluster-like-2 one of parallel cables": (lambda: export_ibsim(cluster_like(2)), ("spine-0", "leaf-1")),
+    "ibsim net.2sw2path one of two cables": (
+        lambda: real_dump(TESTDATA / "ibsim" / "net.2sw2path"),
+        ("Switch1", "Switch2"),
+    ),
+}
+
 SHUFFLE_SEED = 13
 
 # (fabric, engine) -> why the twin does not agree yet. The unicast manager's routing order

@@ -23,17 +23,22 @@ import pytest
 from services.common.errors import InvalidArgument
 from services.topology.formats import import_fabric
 from services.topology.formats.ibsim import export_ibsim
-from services.topology.generators import fat_tree, leaf_spine
+from services.topology.generators import leaf_spine
 from services.topology.lfts_dump import parse_lfts_dump, resolve_lfts
 from services.topology.routing import engine_named
 from services.topology.routing.balance import node_guid_keys
 from tests.lab.ib_compare import (
+    DUMPS,
     KNOWN_GAPS,
     LAB_FABRICS,
+    LIVE_CASES,
+    MULTI_PORT_CAS,
+    TESTDATA,
     compare_engine,
     compare_live,
     lab_net_file,
     opensm_tables,
+    real_dump,
 )
 from tests.lab.ib_live import ReLink, Unlink, cable
 from tests.lab.ib_opensm import IbLabError, OpenSMRun, ibsim_lab_unavailable_reason, run_opensm
@@ -199,19 +204,6 @@ def test_a_dump_whose_lids_do_not_match_the_fabric_is_an_error_naming_the_line(w
 
 # -- real dumps ---------------------------------------------------------------------------------------
 
-TESTDATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "testdata"
-DUMPS = sorted(TESTDATA.glob("ibnetdiscover/*.topo")) + sorted(TESTDATA.glob("ibsim/net*"))
-# Dumps whose CAs have several ports on the fabric: OpenSM routes every port's LID as a destination of
-# its own; the twin models a CA as one node with one LID (its lowest port's) reachable over all its
-# cables, so its tables have no entry to compare for the other LIDs.
-MULTI_PORT_CAS = {"ibtopotool-1.topo", "net.2sw2path4hca2port"}
-
-
-def real_dump(path: pathlib.Path) -> str:
-    """The dump as an ibsim net file (imported as the twin imports it, exported with its rates)."""
-    fabric = import_fabric("ibnetdiscover", path.read_text(), take_slower_end_on_speed_mismatch=True)
-    return export_ibsim(fabric)
-
 
 @pytest.mark.parametrize("engine", ["minhop", "updn", "ftree"])
 @pytest.mark.parametrize(
@@ -269,17 +261,6 @@ def test_updn_with_a_root_guid_list_equals_opensm_given_the_same_root_guid_file(
 
 
 # -- a running OpenSM ------------------------------------------------------------------------------------
-
-LIVE_CASES = {
-    "fat-tree-k8 edge-aggregation": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge2", "pod3-agg1")),
-    "fat-tree-k8 aggregation-core": (lambda: export_ibsim(fat_tree(8)), ("pod5-agg2", "core-9")),
-    "fat-tree-k8 a host's cable": (lambda: export_ibsim(fat_tree(8)), ("pod3-edge1", "pod3-edge1-h0")),
-    "cluster-like-2 one of parallel cables": (lambda: export_ibsim(cluster_like(2)), ("spine-0", "leaf-1")),
-    "ibsim net.2sw2path one of two cables": (
-        lambda: real_dump(TESTDATA / "ibsim" / "net.2sw2path"),
-        ("Switch1", "Switch2"),
-    ),
-}
 
 
 @pytest.mark.parametrize("engine", ["minhop", "updn", "ftree"])
