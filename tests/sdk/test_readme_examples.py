@@ -145,8 +145,29 @@ def check_sdk_errors(stdout: str) -> None:
     assert stdout == "topology: fabrics/ft9 does not exist (NOT_FOUND)\n"
 
 
+def check_routing(stdout: str) -> None:
+    """README "Routing as the subnet manager routes": the lines its comments show (times aside)."""
+    assert re.search(
+        r"rerouted fabrics/ft8r: minhop routing version 2 \(incremental\): 66 LFT entries changed on 33 "
+        r"switches \(280 with their equal-cost sets, on 40\), 0 unreachable host pairs, [\d.]+ ms\n"
+        r"  most changed: pod0-edge0 31, pod0-agg0 4, pod0-edge1 1, pod0-edge2 1, pod0-edge3 1\n",
+        stdout,
+    ), stdout
+    assert (
+        "fabrics/ft8r: ftree->minhop routing version 3 (full): 215 LFT entries changed on 39 switches"
+        in stdout
+    )
+    assert (
+        "  ftree fell back to minhop, as OpenSM does: ERR AB09: Different number of upward port groups on "
+        "switches 0xfab0000000008100 (pod0-edge0) (3) and 0xfab0000000008200 (pod0-edge1) (4); ERR AB0D: "
+        "Fabric topology hasn't been identified as FatTree\n"
+    ) in stdout
+    assert "  roots (given): core-0, core-1\n" in stdout
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "using-it": check_using_it,
+    "routing": check_routing,
     "flow-steady": check_flow_steady,
     "sdk-ecmp-vs-adaptive": check_sdk_ecmp_vs_adaptive,
     "sdk-packet-faults": check_sdk_packet_faults,

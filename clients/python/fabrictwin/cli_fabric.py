@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -89,8 +90,8 @@ def _routing_options(parser: argparse.ArgumentParser) -> None:
         type=guid_list_arg,
         default=[],
         metavar="GUID,...",
-        help="updn/ftree root switches by GUID (or @FILE, one a line, as OpenSM's root GUID file); "
-        "default: found as OpenSM finds them",
+        help="updn/ftree root switches by GUID (or @FILE, one a line, as OpenSM's root GUID file; "
+        "compute-routes also takes switch names); default: found as OpenSM finds them",
     )
     parser.add_argument(
         "--reroute",
@@ -102,7 +103,8 @@ def _routing_options(parser: argparse.ArgumentParser) -> None:
 
 
 def guid_list_arg(value: str) -> list[str]:
-    """`0x2c903000a1b2c,0x...` (or a file of one GUID a line, as OpenSM's root GUID file, with @FILE)."""
+    """`0x2c903000a1b2c,0x...` (or a file of one GUID a line, as OpenSM's root GUID file, with @FILE);
+    switch names are taken too where the fabric exists (compute-routes)."""
     if value.startswith("@"):
         try:
             with open(value[1:], encoding="utf-8") as f:
@@ -113,6 +115,24 @@ def guid_list_arg(value: str) -> list[str]:
     else:
         items = [item.strip() for item in value.split(",")]
     return [item for item in items if item]
+
+
+def _is_guid(text: str) -> bool:
+    return re.fullmatch(r"(0x)?[0-9a-fA-F]{1,16}", text) is not None
+
+
+def _root_guids(client: Client, fabric: str | None, roots: list[str]) -> list[str]:
+    """--roots as GUIDs: switch names resolved through the fabric's nodes (when it exists)."""
+    names = [root for root in roots if not _is_guid(root)]
+    if not names:
+        return roots
+    if fabric is None:
+        raise InputError(f"--roots {names[0]!r}: give GUIDs here (switch names work once the fabric exists)")
+    guids = {node.display_name: f"{node.guid:#018x}" for node in client.fabrics.nodes(fabric)}
+    for name in names:
+        if name not in guids:
+            raise InputError(f"--roots {name!r}: no node of {fabric} has that name or GUID")
+    return [root if _is_guid(root) else guids[root] for root in roots]
 
 
 def _routing_notes(fabric: topology_pb2.Fabric) -> None:
@@ -130,7 +150,7 @@ def _create(client: Client, args: argparse.Namespace, spec: topology_pb2.FabricS
         display_name=args.display_name,
         routing_engine=args.routing,
         labels=dict(args.label),
-        routing_roots=args.roots,
+        routing_roots=_root_guids(client, None, args.roots),
         reroute=args.reroute,
     )
     emit(args, fabric, _fabric_row)
@@ -232,7 +252,7 @@ def _import(client: Client, args: argparse.Namespace) -> int:
         "fabric_id": args.id,
         "display_name": args.display_name,
         "routing_engine": args.routing,
-        "routing_roots": args.roots,
+        "routing_roots": _root_guids(client, None, args.roots),
         "reroute": args.reroute,
         "default_link_speed_gbps": args.default_speed_gbps,
         "default_link_latency_ns": args.default_latency_ns,
@@ -295,7 +315,7 @@ def _reroute(client: Client, args: argparse.Namespace) -> int:
         args.name,
         routing_engine=args.routing,
         lfts_dump=dump,
-        routing_roots=args.roots,
+        routing_roots=_root_guids(client, args.name, args.roots),
         detect_roots=args.detect_roots,
         reroute=args.reroute,
     )
