@@ -50,7 +50,15 @@ from collections.abc import Sequence
 
 from services.topology.formats import import_fabric
 from services.topology.lfts_dump import parse_lfts_dump, resolve_lfts
-from tests.lab.ib_opensm import IbLabError, _ibsim, _run_bounded, _tail, root_guid_args
+from tests.lab.ib_opensm import (
+    IbLabError,
+    _ibsim,
+    _run_bounded,
+    _tail,
+    lab_processes,
+    root_guid_args,
+    run_directory,
+)
 
 __all__ = [
     "EntryChanges",
@@ -70,7 +78,6 @@ __all__ = [
     "run_live_opensm",
 ]
 
-SOCKET_PREFIX = "fabrictwin"  # as ib_opensm: IBSIM_SOCKNAME=fabrictwin-<pid>-<run>
 _CONFIGURED = re.compile(r"(\S+) tables configured on all switches")
 _SWEEP_END = re.compile(r"SUBNET UP|Errors during initialization|No routing engine able")
 _ERR = re.compile(r"\bERR [0-9A-F]{4}\b")
@@ -138,20 +145,6 @@ class LiveRun:
     opensm_log: str
     ibsim_log: str
     seconds: dict[str, float]
-
-
-def lab_processes() -> list[int]:
-    """Pids of processes this process started through ibsim-run or ibsim (by IBSIM_SOCKNAME)."""
-    marker = f"IBSIM_SOCKNAME={SOCKET_PREFIX}-{os.getpid()}-".encode()
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def _describe(step: Step | None, index: int) -> str:
@@ -360,18 +353,8 @@ def run_live_opensm(
     Raises IbLabError naming the step when ibsim rejects the net file or a command, OpenSM exits,
     cannot route, or does not sweep in time; everything started is stopped in any case.
     """
-    run_dir = workdir / f"live{next(_runs)}-{engine}"
+    run_dir, netfile, env = run_directory(workdir / f"live{next(_runs)}-{engine}", net_text)
     dump_dir = run_dir / "dump"
-    dump_dir.mkdir(parents=True)
-    (run_dir / "cache").mkdir()
-    netfile = run_dir / "fabric.net"
-    netfile.write_text(net_text)
-    env = dict(os.environ)
-    env.update(
-        IBSIM_SOCKNAME=f"{SOCKET_PREFIX}-{os.getpid()}-{run_dir.name}",
-        OSM_CACHE_DIR=str(run_dir / "cache"),
-        OSM_TMP_DIR=str(run_dir),
-    )
     seconds: dict[str, float] = {}
     started = time.monotonic()
     sweeps: list[LiveSweep] = []

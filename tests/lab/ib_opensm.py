@@ -28,6 +28,8 @@ __all__ = [
     "IbLabError",
     "OpenSMRun",
     "ibsim_lab_unavailable_reason",
+    "lab_processes",
+    "run_directory",
     "run_opensm",
 ]
 
@@ -153,18 +155,8 @@ def run_opensm(
     Raises IbLabError when ibsim rejects the net file, OpenSM fails or (unless `fallback_ok`) falls
     back to another engine (its log says which), or a tool does not finish in time.
     """
-    run_dir = workdir / f"run{next(_runs)}-{engine}"
+    run_dir, netfile, env = run_directory(workdir / f"run{next(_runs)}-{engine}", net_text)
     dump_dir = run_dir / "dump"
-    dump_dir.mkdir(parents=True)
-    netfile = run_dir / "fabric.net"
-    netfile.write_text(net_text)
-    env = dict(os.environ)
-    env.update(
-        IBSIM_SOCKNAME=f"fabrictwin-{os.getpid()}-{run_dir.name}",
-        OSM_CACHE_DIR=str(run_dir / "cache"),
-        OSM_TMP_DIR=str(run_dir),
-    )
-    (run_dir / "cache").mkdir()
     seconds: dict[str, float] = {}
     started = time.monotonic()
     with _ibsim(netfile, env, timeout_s=min(10.0, timeout_s)):
@@ -196,6 +188,39 @@ def run_opensm(
     seconds["total_s"] = time.monotonic() - started
     errors = tuple(line for line in log.splitlines() if re.search(r"\bERR [0-9A-F]{4}\b", line))
     return OpenSMRun(engine, topology, lfts.read_text(), tables, log, seconds, used, errors)
+
+
+SOCKET_PREFIX = "fabrictwin"  # IBSIM_SOCKNAME=fabrictwin-<pid>-<run>: one simulator per run
+
+
+def run_directory(run_dir: pathlib.Path, net_text: str) -> tuple[pathlib.Path, pathlib.Path, dict[str, str]]:
+    """A run's directory (with `dump/` and `cache/`), its net file, and the environment that gives the
+    run its own ibsim socket and OpenSM cache: (run_dir, net file, env)."""
+    (run_dir / "dump").mkdir(parents=True)
+    (run_dir / "cache").mkdir()
+    netfile = run_dir / "fabric.net"
+    netfile.write_text(net_text)
+    env = dict(os.environ)
+    env.update(
+        IBSIM_SOCKNAME=f"{SOCKET_PREFIX}-{os.getpid()}-{run_dir.name}",
+        OSM_CACHE_DIR=str(run_dir / "cache"),
+        OSM_TMP_DIR=str(run_dir),
+    )
+    return run_dir, netfile, env
+
+
+def lab_processes() -> list[int]:
+    """Pids of processes this process started through ibsim-run or ibsim (by IBSIM_SOCKNAME)."""
+    marker = f"IBSIM_SOCKNAME={SOCKET_PREFIX}-{os.getpid()}-".encode()
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def root_guid_args(run_dir: pathlib.Path, roots: Sequence[int] | None) -> list[str]:

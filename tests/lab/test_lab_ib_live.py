@@ -31,21 +31,13 @@ from tests.lab.ib_live import (
     net_without_cable,
     run_live_opensm,
 )
-from tests.lab.ib_opensm import dump_fts_tables, ibsim_lab_unavailable_reason, run_opensm
+from tests.lab.ib_opensm import dump_fts_tables, run_opensm
 
 pytestmark = pytest.mark.lab
 
 K8 = export_ibsim(fat_tree(8))
 K4 = export_ibsim(fat_tree(4))
 LINK = ("pod0-edge0", "pod0-agg0")  # the SM's host hangs off pod0-edge0 (the first CA record)
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    reason = ibsim_lab_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    return tmp_path_factory.mktemp("ibsim-live")
 
 
 def unlinked(workdir: pathlib.Path, engine: str) -> LiveRun:

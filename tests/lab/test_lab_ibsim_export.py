@@ -24,7 +24,7 @@ from services.topology.formats.ibsim import export_ibsim
 from services.topology.generators import leaf_spine
 from services.topology.lfts_dump import parse_lfts_dump, write_lfts_dump
 from services.topology.routing import engine_named
-from tests.lab.ib_opensm import _ibsim, _run_bounded, ibsim_lab_unavailable_reason, run_opensm
+from tests.lab.ib_opensm import _ibsim, _run_bounded, run_opensm
 from tests.topology.formats.shared_data import read_shared
 from tests.topology.formats.test_ibsim_export import mixed_rate_fabric
 
@@ -32,14 +32,6 @@ pytestmark = pytest.mark.lab
 
 DUMPS = ["ibtopotool-1", "ibtopotool-2", "ibtopotool-3", "ibtopotool-4"]
 SWEEPS = ["linked", "after-opensm"]
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    reason = ibsim_lab_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    return tmp_path_factory.mktemp("ibsim-export")
 
 
 def bring_up(net_text: str, workdir: pathlib.Path, tag: str, sweep: str) -> tuple[str, str]:

@@ -12,7 +12,6 @@ prints the same comparison as a table.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import time
@@ -41,20 +40,12 @@ from tests.lab.ib_compare import (
     real_dump,
 )
 from tests.lab.ib_live import ReLink, Unlink, cable
-from tests.lab.ib_opensm import IbLabError, OpenSMRun, ibsim_lab_unavailable_reason, run_opensm
+from tests.lab.ib_opensm import IbLabError, OpenSMRun, lab_processes, run_opensm
 from tests.real_like import cluster_like
 
 pytestmark = pytest.mark.lab
 
 FABRICS = [name + suffix for name in LAB_FABRICS for suffix in ("", "-shuffled")]
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    reason = ibsim_lab_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    return tmp_path_factory.mktemp("ibsim")
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +58,6 @@ def opensm_run(runs: dict, workdir: pathlib.Path, fabric: str, engine: str) -> O
     if (fabric, engine) not in runs:
         runs[fabric, engine] = run_opensm(lab_net_file(fabric), engine, workdir, fallback_ok=True)
     return runs[fabric, engine]
-
-
-def lab_processes() -> list[int]:
-    """Pids of processes this test process started through ibsim-run or ibsim (by IBSIM_SOCKNAME)."""
-    marker = f"IBSIM_SOCKNAME=fabrictwin-{os.getpid()}-".encode()
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.mark.parametrize(

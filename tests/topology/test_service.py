@@ -11,6 +11,8 @@ from services.topology.__main__ import build
 from services.topology.generators import fat_tree
 from services.topology.snapshots import route_and_snapshot
 
+from .conftest import topology_server
+
 
 def fat_tree_spec(k):
     return pb.FabricSpec(fat_tree=pb.FatTreeSpec(k=k))
@@ -229,17 +231,10 @@ async def test_recomputing_unchanged_routes_keeps_the_version_and_another_engine
 
 
 async def test_a_restarted_service_serves_the_same_fabric_and_routes(tmp_path):
-    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 'topology.db'}")
     snapshots = []
     for attempt in range(2):
-        services, cleanup = await build(config)
-        async with (
-            serving(config, services) as running,
-            grpc.aio.insecure_channel(running.address) as channel,
-        ):
-            stub = topology_pb2_grpc.TopologyServiceStub(channel)
+        async with topology_server(tmp_path / "topology.db") as stub:
             if attempt == 0:
                 await stub.CreateFabric(pb.CreateFabricRequest(fabric_id="kept", spec=fat_tree_spec(4)))
             snapshots.append(await stub.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/kept")))
-        await cleanup()
     assert snapshots[0] == snapshots[1]

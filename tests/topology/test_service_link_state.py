@@ -3,12 +3,9 @@ import asyncio
 import grpc
 import pytest
 from fabrictwin.v1 import topology_pb2 as pb
-from fabrictwin.v1 import topology_pb2_grpc
 from google.protobuf import field_mask_pb2
 
-from services.common.config import ServiceConfig
-from services.common.server import serving
-from services.topology.__main__ import build
+from .conftest import topology_server
 
 EDGE_UPLINK = "pod0-agg0/p1<->pod0-edge0/p3"
 
@@ -183,15 +180,9 @@ async def test_bad_updates_are_invalid_argument_naming_the_field(topology, fabri
 
 
 async def test_a_new_registry_on_the_same_database_has_the_link_states_versions_and_routes(tmp_path):
-    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 'topology.db'}")
     seen = []
     for attempt in range(2):
-        services, cleanup = await build(config)
-        async with (
-            serving(config, services) as running,
-            grpc.aio.insecure_channel(running.address) as channel,
-        ):
-            stub = topology_pb2_grpc.TopologyServiceStub(channel)
+        async with topology_server(tmp_path / "topology.db") as stub:
             if attempt == 0:
                 await stub.CreateFabric(pb.CreateFabricRequest(fabric_id="kept", spec=fat_tree_spec(4)))
                 await stub.SetLinkState(
@@ -203,7 +194,6 @@ async def test_a_new_registry_on_the_same_database_has_the_link_states_versions_
             snapshot = await stub.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/kept"))
             link = await stub.GetLink(pb.GetLinkRequest(name="fabrics/kept/links/40"))
             seen.append((snapshot, link))
-        await cleanup()
     (before, link_before), (after, link_after) = seen
     assert after.routing_version == 3 and link_after == link_before
     assert link_after.state == pb.LINK_STATE_DEGRADED and link_after.bit_error_rate == 1e-7

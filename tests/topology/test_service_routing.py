@@ -6,14 +6,12 @@ from __future__ import annotations
 import grpc
 import pytest
 from fabrictwin.v1 import topology_pb2 as pb
-from fabrictwin.v1 import topology_pb2_grpc
 
-from services.common.config import ServiceConfig
-from services.common.server import serving
 from services.common.snapshot import FabricSnapshot
-from services.topology.__main__ import build
 from services.topology.formats import export_fabric
 from tests.real_like import cluster_like
+
+from .conftest import topology_server
 
 K8_EDGE_UPLINK = "pod0-agg0/p1<->pod0-edge0/p5"
 
@@ -99,15 +97,9 @@ async def test_bad_roots_are_refused_naming_the_field_and_nothing_is_stored(
 
 
 async def test_a_link_down_moves_only_the_entries_a_running_opensm_moves_and_a_restart_keeps_them(tmp_path):
-    config = ServiceConfig(service="topology", port=0, database_url=f"sqlite:///{tmp_path / 'topology.db'}")
     tables = []
     for attempt in range(2):
-        services, cleanup = await build(config)
-        async with (
-            serving(config, services) as running,
-            grpc.aio.insecure_channel(running.address) as channel,
-        ):
-            stub = topology_pb2_grpc.TopologyServiceStub(channel)
+        async with topology_server(tmp_path / "topology.db") as stub:
             if attempt == 0:
                 await stub.CreateFabric(pb.CreateFabricRequest(fabric_id="k8", spec=fat_tree_spec(8)))
                 reply = await stub.SetLinkState(
@@ -128,7 +120,6 @@ async def test_a_link_down_moves_only_the_entries_a_running_opensm_moves_and_a_r
             )
             snapshot = await stub.GetFabricSnapshot(pb.GetFabricSnapshotRequest(name="fabrics/k8"))
             tables.append((table, snapshot))
-        await cleanup()
     assert tables[0] == tables[1]  # the kept entries came back from the database, not a fresh routing
 
 
