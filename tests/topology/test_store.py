@@ -9,7 +9,7 @@ from services.common.db import make_engine
 from services.common.errors import AlreadyExists, NotFound
 from services.topology.fabric import LinkState
 from services.topology.generators import fat_tree, leaf_spine
-from services.topology.store import FabricRecord, TopologyStore
+from services.topology.store import FabricRecord, RoutingOutcome, TopologyStore
 
 ARRAYS = [
     "node_kind", "node_tier", "node_radix", "node_group", "node_rail", "node_guid", "node_lid", "node_ip",
@@ -64,6 +64,7 @@ def round_trip(store):
     assert [r.id for r in store.list(1, 10)] == ["fab-two"]
     updated = store.set_routing("fab-two", "minhop", 2, dt.datetime.now(dt.UTC))
     assert updated.routing_version == 2
+    routing_round_trip(store, fabric)
     store.delete("fab-one")
     with pytest.raises(NotFound):
         store.get("fab-one")
@@ -72,6 +73,25 @@ def round_trip(store):
     with pytest.raises(NotFound):
         store.delete("fab-one")
     assert store.count() == 1
+
+
+def routing_round_trip(store, fabric):
+    """Root GUIDs, the reroute mode, how the tables were made and a sweep's kept LFTs, on "fab-one"."""
+    roots = [0x0002_C903_0000_0010, 0xF452_1403_0012_3456]
+    outcome = RoutingOutcome("minhop", "ERR AB26: CN port ...", (roots[1],), "given")
+    got = store.set_routing("fab-one", "ftree", 2, dt.datetime.now(dt.UTC), outcome=outcome, roots=roots)
+    assert (got.routing_roots, got.reroute, got.outcome) == (roots, "incremental", outcome)
+    lft = np.random.default_rng(1).integers(0, 33, size=(320, 1024)).astype(np.uint8)
+    later = RoutingOutcome("minhop", "ERR AB0D: ...", (), "")
+    store.set_link_states("fab-one", [(5, int(LinkState.DOWN), 0.0)], 3, dt.datetime.now(dt.UTC), lft, later)
+    kept = store.stored_lft("fab-one", 3)
+    assert kept is not None and kept.dtype == np.uint8
+    np.testing.assert_array_equal(kept, lft)
+    assert store.stored_lft("fab-one", 2) is None  # only the version they were made for
+    again = store.get("fab-one")
+    assert again.routing_roots == roots and again.outcome == later  # the settings stay as they were
+    store.set_routing("fab-one", "ftree", 4, dt.datetime.now(dt.UTC), reroute="fresh")
+    assert store.stored_lft("fab-one", 4) is None and store.get("fab-one").reroute == "fresh"
 
 
 def test_a_k16_fat_tree_survives_a_round_trip_through_sqlite(tmp_path):
