@@ -4,7 +4,8 @@ The property: `parse_mirror_config(text)` returns a MirrorConfig or raises Inval
 never another exception. Inputs are random text, damaged copies of a valid file, and TOML written
 from random tables (every key the file knows, with values of every TOML type: integers beyond
 int64, NaN and infinities, odd strings, arrays and tables). The two bugs it found (an integer beyond
-any float, one of 4,300+ digits) are fixed; their minimal examples stay as tests.
+any float, one of 4,300+ digits) are fixed; their minimal examples stay as tests, as do those of a
+user's report (100,000 nested levels: tomllib's RecursionError).
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ import math
 
 import pytest
 from fabrictwin.errors import InvalidArgumentError
-from fabrictwin.mirror_config import parse_mirror_config
+from fabrictwin.mirror_config import (
+    MAX_CONFIG_CHARS,
+    MAX_CONFIG_DEPTH,
+    load_mirror_config,
+    parse_mirror_config,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,7 +56,7 @@ node = "gpu-node-0"
 command = "cat /tmp/metrics"
 """
 
-TOP_KEYS = ["fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers"]
+TOP_KEYS = ["fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "max_scrape_bytes"]
 LLDP_KEYS = ["interval_s", "nodes", "command", "directory", "default_speed_gbps", "default_latency_ns"]
 LLDP_KEYS += ["routing", "timeout_s"]
 TARGET_KEYS = ["node", "nodes", "url", "command", "format", "speed_gbps", "port_name"]
@@ -146,3 +152,56 @@ def test_an_interval_beyond_any_float_is_refused() -> None:
 def test_an_integer_of_thousands_of_digits_is_refused() -> None:
     with pytest.raises(InvalidArgumentError):
         parse_mirror_config("max_workers = " + "1" * 4_301)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["[" * 100_000 + "]" * 100_000, "{a = " * 100_000 + "1" + "}" * 100_000, "[{a = " * 50_000],
+    ids=["arrays", "inline-tables", "unclosed"],
+)
+def test_a_file_nested_100_000_levels_deep_is_refused_naming_the_file_on_one_line(tmp_path, value) -> None:
+    path = tmp_path / "mirror.toml"
+    path.write_text('fabric = "f"\nsource = "s"\nnodes = ' + value + "\n")
+    with pytest.raises(InvalidArgumentError) as caught:
+        load_mirror_config(str(path))
+    message = str(caught.value)
+    assert f"{path}: line 3: arrays and tables nested more than {MAX_CONFIG_DEPTH} deep" in message
+    assert "\n" not in message
+
+
+def test_nesting_up_to_the_bound_and_brackets_in_strings_and_comments_are_read() -> None:
+    deep = "[" * MAX_CONFIG_DEPTH + "1" + "]" * MAX_CONFIG_DEPTH
+    with pytest.raises(InvalidArgumentError, match="max_workers: must be a whole number"):
+        parse_mirror_config(f'fabric = "f"\nsource = "s"\nmax_workers = {deep}\n')
+    brackets = "[{" * 100
+    text = (
+        f"""fabric = "{brackets}"  # {brackets}
+source = '{brackets}'
+[[targets]]
+node = """
+        + '"""'
+        + brackets
+        + '"""'
+        + f"""
+command = '''{brackets}'''
+"""
+    )
+    config = parse_mirror_config(text)
+    assert config.fabric == brackets and config.targets[0].command == brackets
+
+
+def test_a_file_beyond_the_size_bound_is_refused_before_it_is_parsed(tmp_path) -> None:
+    path = tmp_path / "mirror.toml"
+    path.write_text('fabric = "f"\n' + "#" * MAX_CONFIG_CHARS + "\n")
+    with pytest.raises(InvalidArgumentError) as caught:
+        load_mirror_config(str(path))
+    assert str(caught.value).startswith(f"{path}: {MAX_CONFIG_CHARS + 1} characters; a mirror configuration")
+
+
+def test_max_scrape_bytes_is_a_whole_number_in_its_range() -> None:
+    base = 'fabric = "f"\nsource = "s"\n[[targets]]\nnode = "a"\nurl = "http://a"\n'
+    assert parse_mirror_config(base).max_scrape_bytes == 16 * 1024 * 1024
+    assert parse_mirror_config("max_scrape_bytes = 1048576\n" + base).max_scrape_bytes == 1024 * 1024
+    for bad in ("100", "2e6", "true", "2147483648"):
+        with pytest.raises(InvalidArgumentError, match="max_scrape_bytes: must be a whole number of bytes"):
+            parse_mirror_config(f"max_scrape_bytes = {bad}\n" + base)

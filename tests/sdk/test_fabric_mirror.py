@@ -54,6 +54,7 @@ class Exporters:
     def __init__(self) -> None:
         self.devices: dict[str, dict[str, dict[str, float]]] = {}
         self.broken: dict[str, str] = {}  # node -> body to serve instead
+        self.misbehave: dict[str, str] = {}  # node -> "garbage" (not HTTP) or "cut" (dies mid-body)
         self.hang: set[str] = set()
         self.url = ""
 
@@ -86,6 +87,16 @@ def exporters():
             node = self.path.strip("/").split("/")[0]
             if node in state.hang:
                 time.sleep(3)
+            if state.misbehave.get(node) == "garbage":
+                self.wfile.write(b"SSH-2.0-OpenSSH_9.2p1\r\n")
+                return
+            if state.misbehave.get(node) == "cut":
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"1000\r\n" + state.text(node).encode()[:100])
+                self.close_connection = True
+                return
             body = state.broken.get(node) or state.text(node)
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -229,6 +240,42 @@ def test_a_hanging_or_malformed_target_is_reported_and_backed_off_while_the_othe
     again = mirror.poll()
     assert sorted(again.skipped) == ["spine-0", "spine-1"]  # backing off one interval
     assert again.scraped == 2
+
+
+def test_a_target_answering_garbage_or_dying_mid_response_is_reported_while_the_others_are_stored(
+    client, exporters, mirror
+):
+    mirror.start()
+    exporters.misbehave = {"spine-0": "garbage", "spine-1": "cut"}
+    report = mirror.poll()
+    assert report.failed == {
+        "spine-0": "bad HTTP response: BadStatusLine: 'SSH-2.0-OpenSSH_9.2p1\\r\\n'",
+        "spine-1": "bad HTTP response: IncompleteRead(0 bytes read)",
+    }
+    assert report.scraped == 2 and report.stored == 8  # both leaves, four ports each
+    again = mirror.poll()
+    assert sorted(again.skipped) == ["spine-0", "spine-1"] and again.scraped == 2
+
+
+def test_a_command_target_printing_without_end_is_stopped_at_max_scrape_bytes(client, exporters, tmp_path):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    scrape, flood = tmp_path / "leaf-1.prom", tmp_path / "flood"
+    scrape.write_text(exporters.text("leaf-1"))
+    text = mirror_config(exporters, tmp_path / "lldp", max_scrape_bytes=1024 * 1024)
+    text = text.replace("timeout_s = 1", "timeout_s = 30").replace(', "leaf-1"]', "]")
+    command = f"if [ -e {flood} ]; then yes node_network_up; else cat {scrape}; fi"
+    text += f'[[targets]]\nnode = "leaf-1"\ncommand = "{command}"\n'
+    mirror = FabricMirror(client, parse_mirror_config(text))
+    try:
+        mirror.start()
+        assert mirror.poll().scraped == 4
+        flood.touch()  # `yes` prints GB/s: read whole, it would fill the memory before its timeout
+        report = mirror.poll()
+        assert report.failed == {"leaf-1": "more than 1048576 bytes of output"}
+        assert report.scraped == 3 and report.stored == 8  # leaf-0's four ports, the spines' two each
+    finally:
+        mirror.close()
 
 
 def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, mirror, config_text, tmp_path):

@@ -163,7 +163,7 @@ class FabricMirror:
         self.fabric = config.fabric
         self.source = config.source
         self.polls = 0
-        self._scraper = Scraper(config.target_timeout_s, config.max_workers)
+        self._scraper = Scraper(config.target_timeout_s, config.max_workers, config.max_scrape_bytes)
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None

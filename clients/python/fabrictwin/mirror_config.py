@@ -7,6 +7,7 @@ interval_s = 10              # one poll of every target per interval
 timeout_s = 5                # per target (default: the interval, at most 10 s)
 # max_workers = 64           # scrapes in flight at once
 # parse_workers = 8          # processes parsing scrapes (default: the CPUs, at most 8)
+# max_scrape_bytes = 16777216  # a target answering (or a command printing) more fails, read no further
 
 [lldp]                       # where the cabling comes from; re-read every `interval_s`
 interval_s = 300
@@ -30,7 +31,8 @@ interval_s = 60              # how often (default: every poll)
 ```
 
 A mistake is an `InvalidArgumentError` naming the key (`targets[2].url: ...`). Unknown keys are
-mistakes too, so a typo never silently falls back to a default.
+mistakes too, so a typo never silently falls back to a default. A file larger than 8 MiB, or nesting
+arrays and tables more than 32 deep, is refused naming the file before it is parsed.
 """
 
 from __future__ import annotations
@@ -38,17 +40,35 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
 
 from fabrictwin.errors import InvalidArgumentError
 
-__all__ = ["LldpConfig", "MirrorConfig", "TargetConfig", "load_mirror_config", "parse_mirror_config"]
+__all__ = [
+    "DEFAULT_MAX_SCRAPE_BYTES",
+    "MAX_CONFIG_CHARS",
+    "MAX_CONFIG_DEPTH",
+    "LldpConfig",
+    "MirrorConfig",
+    "TargetConfig",
+    "load_mirror_config",
+    "parse_mirror_config",
+]
 
 FORMATS = ("prometheus",)
-_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "lldp", "targets",
-        "health"}  # fmt: skip
+# One scrape: node_exporter on a 64-port switch sends ~200 kB of text (less as protobuf), a host with
+# every collector and the ethtool statistics of 8 NICs a few MB.
+DEFAULT_MAX_SCRAPE_BYTES = 16 * 1024 * 1024
+_SCRAPE_BYTES_RANGE = (1024, 1024**3)
+# A mirror.toml of 10,000 targets listed one by one is ~1 MB and nests 3 deep ([[targets]], nodes).
+# tomllib recurses once per level: far deeper input ends in RecursionError, so it is refused first.
+MAX_CONFIG_CHARS = 8 * 1024 * 1024
+MAX_CONFIG_DEPTH = 32
+_TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "max_scrape_bytes",
+        "lldp", "targets", "health"}  # fmt: skip
 _HEALTH = {"window_s", "ber_threshold", "interval_s"}
 _LLDP = {"interval_s", "nodes", "command", "directory", "default_speed_gbps", "default_latency_ns", "routing",
          "timeout_s"}  # fmt: skip
@@ -104,6 +124,7 @@ class MirrorConfig:
     timeout_s: float = 0.0  # 0: min(interval_s, 10)
     max_workers: int = 64  # scrapes in flight at once
     parse_workers: int = 1  # processes that parse scrapes (from 64 targets on); see load_mirror_config
+    max_scrape_bytes: int = DEFAULT_MAX_SCRAPE_BYTES  # a target's answer (a command's output) at most
     targets: tuple[TargetConfig, ...] = ()
     lldp: LldpConfig | None = None
     health: HealthConfig | None = None
@@ -230,12 +251,42 @@ def _lldp(value: Any) -> LldpConfig:
     )
 
 
+# Strings and comments (whose brackets do not nest), or one bracket. Only a bound: TOML's corners
+# (an escaped quote at the end of a multi-line string) may miscount, and tomllib has the last word.
+_TOML_TOKEN = re.compile(
+    r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]'
+)
+
+
+def _check_bounds(text: str, where: str) -> None:
+    """Refuse text tomllib cannot be trusted with: too large, or nested too deep for its recursion."""
+    if len(text) > MAX_CONFIG_CHARS:
+        raise InvalidArgumentError(
+            f"{where}: {len(text)} characters; a mirror configuration has at most {MAX_CONFIG_CHARS}"
+        )
+    depth = 0
+    for token in _TOML_TOKEN.finditer(text):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                line = text.count("\n", 0, token.start()) + 1
+                raise InvalidArgumentError(
+                    f"{where}: line {line}: arrays and tables nested more than {MAX_CONFIG_DEPTH} deep"
+                )
+        elif bracket in ("]", "}"):
+            depth = max(0, depth - 1)
+
+
 def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConfig:
     """The configuration in `text` (TOML); InvalidArgumentError names the key or line that is wrong."""
+    _check_bounds(text, where)
     try:
         table = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:  # ValueError: an integer of 4,300+ digits
         raise InvalidArgumentError(f"{where}: not TOML: {str(exc)[:200]}") from None
+    except RecursionError:  # the bound above counts brackets only roughly
+        raise InvalidArgumentError(f"{where}: arrays and tables nested too deep") from None
     _unknown(table, _TOP, "")
     fabric, source = _text(table, "fabric", ""), _text(table, "source", "")
     if not fabric:
@@ -248,9 +299,17 @@ def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConf
     parse_workers = table.get("parse_workers", min(os.cpu_count() or 1, 8))
     if isinstance(parse_workers, bool) or not isinstance(parse_workers, int) or not 1 <= parse_workers <= 64:
         raise InvalidArgumentError(f"parse_workers: must be a whole number in [1, 64], got {parse_workers!r}")
+    max_bytes = table.get("max_scrape_bytes", DEFAULT_MAX_SCRAPE_BYTES)
+    low, high = _SCRAPE_BYTES_RANGE
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or not low <= max_bytes <= high:
+        got = str(max_bytes)[:50]
+        raise InvalidArgumentError(
+            f"max_scrape_bytes: must be a whole number of bytes in [{low}, {high}], got {got!r}"
+        )
     config = MirrorConfig(
         fabric=fabric,
         parse_workers=parse_workers,
+        max_scrape_bytes=max_bytes,
         source=source,
         interval_s=_positive(table, "interval_s", "", 10.0),
         timeout_s=_positive(table, "timeout_s", "", 0.0, zero=True),
@@ -268,7 +327,7 @@ def load_mirror_config(path: str) -> MirrorConfig:
     """The configuration in the file at `path`."""
     try:
         with open(path, encoding="utf-8") as stream:
-            text = stream.read()
+            text = stream.read(MAX_CONFIG_CHARS + 1)  # bounded: /dev/zero is a file too
     except OSError as exc:
         raise InvalidArgumentError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -1,81 +1,251 @@
-"""Scraping many targets at once, each with a timeout, and backing off the ones that keep failing.
+"""Scraping many targets at once, each with a timeout and a size bound, and backing off the ones that
+keep failing.
 
 `Scraper.scrape(targets)` fetches every target that is not backing off, all at the same time (one
 thread per target in flight, at most `max_workers`): a URL with urllib, a command with /bin/sh. A
-target that fails (timeout, refused, non-zero exit, HTTP error) is reported with why, and skipped
-for the next 1, 2, 4, then 8 intervals after 1, 2, 3, 4+ consecutive failures, so a dead switch costs one
-timeout now and then instead of one per interval; a success clears its back-off. One target
-failing never stops the others.
+target that fails is reported with why, and skipped for the next 1, 2, 4, then 8 intervals after 1,
+2, 3, 4+ consecutive failures, so a dead switch costs one timeout now and then instead of one per
+interval; a success clears its back-off. One target failing never stops the others, whatever it
+does:
+
+- a URL: refused, timed out (`timeout_s` for the whole body, read in pieces), an HTTP error status,
+  an answer that is not HTTP (`bad HTTP response: BadStatusLine: ...`), a body cut short (a chunked
+  body that ends early, fewer bytes than its Content-Length: `truncated: N of M bytes`), a reset;
+- a command: a non-zero exit (`exited with 3: <last line of stderr>`), a timeout. It runs in a
+  session of its own, and the whole process group is killed when it times out, prints too much, or
+  ends leaving processes behind, so no scrape outlives its target's turn;
+- either: more than `max_bytes` (`more than N bytes`), stopped there without reading the rest (a
+  command's stdout is read as it comes, and the command killed at the bound).
+
+URL targets ask for the protobuf exposition first (`ACCEPT`, as Prometheus asks) with the text
+format as the fallback; a result carries the body's bytes and its Content-Type, and the parser
+(`fabrictwin.importers.prometheus.parse_scrape`) reads whichever came back.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import http.client
+import os
+import selectors
+import signal
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
-from fabrictwin.mirror_config import TargetConfig
+from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES, TargetConfig
 
-__all__ = ["MAX_BACKOFF_INTERVALS", "ScrapeResult", "Scraper"]
+__all__ = ["ACCEPT", "DEFAULT_MAX_SCRAPE_BYTES", "MAX_BACKOFF_INTERVALS", "ScrapeError", "ScrapeResult",
+           "Scraper", "fetch_command", "fetch_url"]  # fmt: skip
 
 MAX_BACKOFF_INTERVALS = 8
-_MAX_BYTES = 64 * 1024 * 1024  # one scrape; node_exporter on a 64-port switch sends ~200 kB
+# The exposition formats a URL target is asked for, most wanted first: protobuf (delimited
+# io.prometheus.client.MetricFamily messages) is parsed by protobuf's compiled runtime, the text format
+# by prometheus_client's Python parser (~7 us a line).
+ACCEPT = (
+    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.1"
+)
+_PIECE = 64 * 1024  # bytes read at a time
+_STDERR_KEPT = 4096  # bytes of a command's stderr kept for its error message (the end of it)
+
+
+class ScrapeError(Exception):
+    """A target's failure, in words (the message is the report's `why`)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ScrapeResult:
-    """One target's scrape: its text (or the error) and when it was taken."""
+    """One target's scrape: its body and Content-Type (or the error), and when it was taken."""
 
     target: TargetConfig
     time_ns: int
-    text: str = ""
+    body: bytes = b""
+    content_type: str = ""  # as the server said; "" for a command (text) or a server that said none
     error: str = ""
     seconds: float = 0.0
     skipped: bool = False  # backing off: not tried this interval
 
+    @property
+    def text(self) -> str:
+        """The body as text (invalid UTF-8 replaced)."""
+        return self.body.decode("utf-8", errors="replace")
 
-def _fetch(target: TargetConfig, timeout_s: float) -> str:
-    if target.url:
-        with urllib.request.urlopen(target.url, timeout=timeout_s) as response:
-            data: bytes = response.read(_MAX_BYTES + 1)
-        if len(data) > _MAX_BYTES:
-            raise OSError(f"more than {_MAX_BYTES} bytes")
-        return data.decode("utf-8", errors="replace")
-    done = subprocess.run(
-        ["/bin/sh", "-c", target.command], capture_output=True, text=True, errors="replace", timeout=timeout_s
+
+def fetch_url(url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES) -> tuple[bytes, str]:
+    """The body of `url` and its Content-Type; ScrapeError (or OSError, HTTPException) if it fails.
+
+    The body is read in pieces: past `max_bytes` (or a Content-Length above it) the read stops, and
+    so it does when `timeout_s` has passed since the request (each socket operation also has that
+    timeout). A body shorter than its Content-Length is refused, not passed on as a shorter scrape.
+    """
+    deadline = time.monotonic() + timeout_s
+    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        content_type = response.headers.get("Content-Type", "")
+        announced = response.headers.get("Content-Length", "").strip()
+        length = (
+            int(announced) if announced.isdigit() and not response.headers.get("Transfer-Encoding") else None
+        )
+        if length is not None and length > max_bytes:
+            raise ScrapeError(f"more than {max_bytes} bytes (Content-Length {length})")
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            piece: bytes = response.read(_PIECE)
+            if not piece:
+                break
+            size += len(piece)
+            if size > max_bytes:
+                raise ScrapeError(f"more than {max_bytes} bytes")
+            pieces.append(piece)
+            if time.monotonic() > deadline:
+                raise ScrapeError(f"timed out after {timeout_s:g} s")
+    if length is not None and size < length:
+        raise ScrapeError(f"truncated: {size} of {length} bytes")
+    return b"".join(pieces), content_type
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of `pid` (-1 where there is none: not Linux 5.3+, or refused by a sandbox)."""
+    try:
+        return os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+    except OSError:
+        return -1
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command's process group (its session: start_new_session), then reap the shell.
+
+    Only while the shell is not yet reaped (running, or a zombie) is its process group id sure not
+    to have been reused by an unrelated group: once reaped (where there is no pidfd to wait for it
+    without reaping), the group is left alone.
+    """
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)  # SIGKILLed: at once, unless stuck in the kernel
+
+
+def fetch_command(command: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES) -> bytes:
+    """The stdout of `/bin/sh -c command`; ScrapeError if it times out, exits non-zero or prints more
+    than `max_bytes`. It runs in its own session; its process group is killed when it is done."""
+    deadline = time.monotonic() + timeout_s
+    process = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1][:200]
-        raise OSError(f"exited with {done.returncode}: {last}")
-    return done.stdout
+    assert process.stdout is not None and process.stderr is not None
+    pieces: list[bytes] = []
+    size = 0
+    stderr = b""
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ, "out")
+            selector.register(process.stderr, selectors.EVENT_READ, "err")
+            # A pidfd reads ready when the shell exits, without reaping it (Linux 5.3+); elsewhere
+            # the shell is waited for once its output is read.
+            pidfd = _pidfd(process.pid)
+            if pidfd >= 0:
+                selector.register(pidfd, selectors.EVENT_READ, "exit")
+            try:
+                while selector.get_map():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise ScrapeError(f"timed out after {timeout_s:g} s")
+                    for key, _ in selector.select(left):
+                        if key.data == "exit":
+                            selector.unregister(key.fileobj)
+                            continue
+                        piece = os.read(key.fd, _PIECE)
+                        if not piece:
+                            selector.unregister(key.fileobj)
+                        elif key.data == "err":
+                            stderr = (stderr + piece)[-_STDERR_KEPT:]
+                        else:
+                            size += len(piece)
+                            if size > max_bytes:
+                                raise ScrapeError(f"more than {max_bytes} bytes of output")
+                            pieces.append(piece)
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
+        if pidfd < 0:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise ScrapeError(f"timed out after {timeout_s:g} s") from None
+        returncode = process.poll() if pidfd < 0 else _exit_status(process)
+    finally:
+        _kill_group(process)  # what it left behind (or all of it, on a timeout or too much output)
+    if returncode != 0:
+        last = (stderr.decode("utf-8", errors="replace").strip().splitlines() or [""])[-1][:200]
+        raise ScrapeError(f"exited with {returncode}: {last}")
+    return b"".join(pieces)
 
 
-def _scrape_one(target: TargetConfig, timeout_s: float) -> ScrapeResult:
+def _exit_status(process: subprocess.Popen[bytes]) -> int | None:
+    """The exit status of a shell that has exited, read without reaping it (os.waitid WNOWAIT)."""
+    info = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    if info is None:  # not possible: the pidfd said it exited
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _http_problem(exc: http.client.HTTPException) -> str:
+    """What was wrong with an answer, on one line: `bad HTTP response: BadStatusLine: 'SSH-2.0-...'`."""
+    if isinstance(exc, http.client.RemoteDisconnected):  # a BadStatusLine with no line
+        text = str(exc)
+    elif isinstance(exc, http.client.BadStatusLine):
+        text = f"BadStatusLine: {str(exc.args[0] if exc.args else '')[:100]!r}"
+    else:
+        text = str(exc) if type(exc).__name__ in str(exc) else f"{type(exc).__name__}: {exc}"
+    return f"bad HTTP response: {text}"[:300].replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _scrape_one(target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
     at = time.time_ns()
     started = time.monotonic()
     try:
-        text = _fetch(target, timeout_s)
-    except subprocess.TimeoutExpired:
-        error = f"timed out after {timeout_s:g} s"
+        if target.url:
+            body, content_type = fetch_url(target.url, timeout_s, max_bytes)
+        else:
+            body, content_type = fetch_command(target.command, timeout_s, max_bytes), ""
+    except ScrapeError as exc:
+        error = str(exc)
     except urllib.error.HTTPError as exc:
         error = f"HTTP {exc.code} {exc.reason}"
+    except http.client.HTTPException as exc:  # not HTTP, a chunked body cut short, ...: no OSError
+        error = _http_problem(exc)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         error = f"timed out after {timeout_s:g} s" if "timed out" in str(reason) else str(reason)[:200]
+    except Exception as exc:  # anything else a target can provoke is still only that target's failure
+        error = f"unexpected {type(exc).__name__}: {exc}"[:300]
     else:
-        return ScrapeResult(target, at, text=text, seconds=time.monotonic() - started)
+        return ScrapeResult(target, at, body, content_type, seconds=time.monotonic() - started)
     return ScrapeResult(target, at, error=error, seconds=time.monotonic() - started)
 
 
 class Scraper:
-    """Concurrent scrapes with per-target timeouts and back-off (module docstring)."""
+    """Concurrent scrapes with per-target timeouts, a size bound and back-off (module docstring)."""
 
-    def __init__(self, timeout_s: float, max_workers: int = 64) -> None:
+    def __init__(
+        self, timeout_s: float, max_workers: int = 64, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES
+    ) -> None:
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="scrape"
         )
@@ -97,7 +267,7 @@ class Scraper:
                 self._skip[target.where] = skip - 1
                 results[i] = ScrapeResult(target, now, error=f"backing off ({skip} more)", skipped=True)
             else:
-                futures[i] = self._pool.submit(_scrape_one, target, self.timeout_s)
+                futures[i] = self._pool.submit(_scrape_one, target, self.timeout_s, self.max_bytes)
         for i, future in futures.items():
             result = future.result()
             if result.error:
