@@ -1,14 +1,24 @@
 """LLDP neighbour tables: gathering them, and reading the cabling they describe.
 
 A fabric's cabling is the set of `lldpcli -f json show neighbors` outputs of all its nodes, one per
-node. They come as a directory of `NODE.json` files, a tar archive of them, or (node, text) pairs
+node. They come as a directory of `*.json` files, a tar archive of them, or (node, text) pairs
 gathered by a command run per node (`ssh NODE lldpcli -f json show neighbors`).
 
 `read_cabling` turns them into nodes and cables (standard library only): the topology service
 builds fabrics from it (`services/topology/formats/lldp.py`, where the rules are written down), and
 the mirror compares a fresh reading with the fabric it keeps. lldpcli's JSON collapses
 one-element lists: `interface`, `capability` and `mgmt-ip` are a single value or a list; both
-parse. A document may also hold `show chassis` output (`local-chassis`), merged or printed first.
+parse, and so does `-f json0` (every list kept, names as `"name"` keys), which is brought to the
+`-f json` shape by lldpd's own rules. A document is one JSON value or several printed one after the
+other (`lldpcli -f json show chassis; lldpcli -f json show neighbors`), or merged into one object.
+
+Which node a document describes (`show neighbors` alone never says: lldpd writes only the
+neighbours' chassis there): the system name of its own chassis when the document holds one, from
+`show chassis` (`local-chassis`) or `show interfaces` (the local ports, each with the local chassis
+and a `status` instead of `via`); else its file name, without directories, without `.json`, and
+without an `lldp` word at its start or end (`lldp.leaf0.json`, `lldp-leaf0.json`,
+`leaf0.lldp.json`, `leaf0.json` and `leaf0` all name `leaf0`) unless the neighbours call the node by
+the name with that word (`lldp-relay.json` is `lldp-relay` when a neighbour sees `lldp-relay`).
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import io
 import ipaddress
 import json
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Mapping, Sequence
@@ -47,7 +58,7 @@ def read_documents(path: str) -> LldpInput:
     if os.path.isdir(path):
         names = sorted(name for name in os.listdir(path) if name.endswith(".json"))
         if not names:
-            raise InvalidArgumentError(f"{path}: holds no NODE.json file")
+            raise InvalidArgumentError(f"{path}: holds no *.json file (one per node, any name)")
         pairs = []
         for name in names:
             try:
@@ -62,7 +73,7 @@ def read_documents(path: str) -> LldpInput:
         with open(path, "rb") as stream:
             return stream.read()
     if os.path.isfile(path):
-        raise InvalidArgumentError(f"{path}: neither a directory of NODE.json files nor a tar archive")
+        raise InvalidArgumentError(f"{path}: neither a directory of *.json files nor a tar archive")
     raise InvalidArgumentError(f"{path}: no such file or directory")
 
 
@@ -112,10 +123,10 @@ _SWITCH_CAPABILITIES = frozenset({"router", "bridge"})
 _QUOTE = 200
 
 
-def quote(text: str) -> str:
-    """`repr` of at most 200 characters of `text`, for error messages."""
+def quote(text: str, limit: int = _QUOTE) -> str:
+    """`repr` of at most `limit` (200) characters of `text`, for error messages."""
     text = str(text)
-    return repr(text if len(text) <= _QUOTE else text[:_QUOTE] + "...")
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 @dataclass(frozen=True)
@@ -138,7 +149,7 @@ class _Description:
 
 
 def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple[str, str]]:
-    """The `NODE.json` members of a tar archive (plain or gzip/bz2/xz), as (name, text) pairs.
+    """The `*.json` members of a tar archive (plain or gzip/bz2/xz), as (name, text) pairs.
 
     Directories and members not ending in `.json` are skipped; an archive holding no `.json` file,
     one that is not tar at all, or one that unpacks past 256 MiB is refused.
@@ -166,21 +177,53 @@ def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise LldpError(field, f"not a readable tar archive: {exc}") from None
     if not documents:
-        raise LldpError(field, "holds no NODE.json file")
+        raise LldpError(field, "holds no *.json file (one per node, any name)")
     return documents
 
 
-def _node_name_of(document_name: str) -> str:
-    """`dumps/leaf0.json` -> `leaf0`."""
+_LLDP_WORD = re.compile(r"^lldp[._-](?=.)|(?<=.)[._-]lldp$", re.IGNORECASE)
+
+
+def _file_names(document_name: str) -> tuple[str, str]:
+    """(the file's name, that without an `lldp` word): `dumps/lldp.leaf0.json` -> (`lldp.leaf0`, `leaf0`).
+
+    Directories and a `.json` suffix go; the second is the first when there is no `lldp` word to drop.
+    """
     base = document_name.replace("\\", "/").rsplit("/", 1)[-1]
-    return base[: -len(".json")] if base.endswith(".json") else base
+    if base.lower().endswith(".json"):
+        base = base[: -len(".json")]
+    return base, _LLDP_WORD.sub("", base, count=1)
 
 
-def _load(name: str, text: str) -> dict[str, Any]:
-    """The document's JSON values merged into one object (lldpcli may print two, one after the other)."""
+def _cleanup(value: Any) -> Any:
+    """lldpd's own clean-up of its JSON (json_writer.c), turning `-f json0` into the `-f json` shape.
+
+    A one-element list becomes its element, an object holding only `value` becomes that value, and
+    an object with a string `name` becomes `{name: the object without it}`. `-f json` output is
+    already so, and comes back unchanged.
+    """
+    if isinstance(value, list):
+        if len(value) == 1:
+            return _cleanup(value[0])
+        return [_cleanup(item) for item in value]
+    if isinstance(value, dict):
+        if len(value) == 1 and "value" in value:
+            return _cleanup(value["value"])
+        cleaned = {key: _cleanup(item) for key, item in value.items()}
+        name = cleaned.get("name")
+        if isinstance(name, str):
+            del cleaned["name"]
+            return {name: cleaned}
+        return cleaned
+    return value
+
+
+def _load(name: str, text: str) -> list[dict[str, Any]]:
+    """The document's JSON objects (lldpcli may print several, one after the other), cleaned up."""
     decoder = json.JSONDecoder()
-    merged: dict[str, Any] = {}
-    position, values = 0, 0
+    where = f"documents[{quote(name)}]"
+    values: list[dict[str, Any]] = []
+    position = 0
     while True:
         while position < len(text) and text[position].isspace():
             position += 1
@@ -188,22 +231,20 @@ def _load(name: str, text: str) -> dict[str, Any]:
             break
         try:
             value, position = decoder.raw_decode(text, position)
+            value = _cleanup(value)
         except json.JSONDecodeError as exc:
+            hint = "" if text[position] in "{[" else " (is it `lldpcli -f json` output?)"
             raise LldpError(
-                f"documents[{quote(name)}]", f"line {exc.lineno}: not JSON: {exc.msg} (column {exc.colno})"
+                where, f"line {exc.lineno}: not JSON: {exc.msg} (column {exc.colno}){hint}"
             ) from None
         except RecursionError:
-            raise LldpError(f"documents[{quote(name)}]", "JSON nested too deeply") from None
+            raise LldpError(where, "JSON nested too deeply") from None
         if not isinstance(value, dict):
-            raise LldpError(
-                f"documents[{quote(name)}]",
-                f"expected a JSON object as lldpcli prints, got {type(value).__name__}",
-            )
-        merged.update(value)
-        values += 1
+            raise LldpError(where, f"expected a JSON object as lldpcli prints, got {type(value).__name__}")
+        values.append(value)
     if not values:
-        raise LldpError(f"documents[{quote(name)}]", "is empty")
-    return merged
+        raise LldpError(where, "is empty")
+    return values
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -277,6 +318,23 @@ def _port_name(port: Any, where: str) -> str:
     raise LldpError(where, "the neighbour's port has neither an ID nor a description")
 
 
+@dataclass
+class _Document:
+    """One document read: the node it names itself ('' when it does not), and its neighbour entries."""
+
+    name: str
+    own: str = ""
+    own_switch: bool = False
+    own_ipv4: int = 0
+    entries: list[tuple[str, str, str, str]] = field(default_factory=list)  # (port, peer, peer port, where)
+
+
+_HOW_TO_NAME = (
+    "add `lldpcli -f json show chassis` output to it (`lldpcli -f json show chassis; lldpcli -f json "
+    "show neighbors` prints both), or name the file after its node"
+)
+
+
 class _Parsed:
     """Every document read: neighbour entries, node descriptions, which document names which node."""
 
@@ -284,6 +342,7 @@ class _Parsed:
         self.entries: list[_Neighbour] = []
         self.described: dict[str, _Description] = {}
         self.document_of: dict[str, str] = {}
+        self.by_file_name: dict[str, str] = {}  # node -> document, for nodes named only by a file name
 
     def describe(self, node: str, switch: bool, ipv4: int) -> None:
         description = self.described.setdefault(node, _Description())
@@ -291,38 +350,63 @@ class _Parsed:
         if ipv4 and not description.ipv4:
             description.ipv4 = ipv4
 
-    def read(self, document: str, text: str) -> None:
-        value = _load(document, text)
+    def read(self, document: str, text: str) -> _Document:
+        """What one document says, its node still unnamed when the document does not name it."""
+        values = _load(document, text)
         where = f"documents[{quote(document)}]"
-        node = _node_name_of(document)
-        local = value.get("local-chassis")
-        if local is not None:
-            fields = local.get("chassis") if isinstance(local, dict) else None
-            if fields is None:
-                raise LldpError(f"{where}.local-chassis", "has no chassis")
-            name, chassis = _chassis(fields, f"{where}.local-chassis.chassis")
-            node = name or node
-            self.describe(node, _capable_switch(chassis), _first_ipv4(chassis))
-        if not node:
-            raise LldpError(where, "names no node (give the document a file name or `show chassis`)")
-        if node in self.document_of:
+        read = _Document(document)
+        own: dict[str, Mapping[str, Any]] = {}  # the names the document gives its own chassis
+        tables, local_only = 0, 0
+        for value in values:
+            if "local-chassis" in value:
+                local = value["local-chassis"]
+                fields = local.get("chassis") if isinstance(local, dict) else None
+                if fields is None:
+                    raise LldpError(f"{where}.local-chassis", "has no chassis")
+                name, chassis = _chassis(fields, f"{where}.local-chassis.chassis")
+                own.setdefault(name, chassis)
+            if "lldp" not in value:
+                continue
+            neighbours, local_ports = 0, 0
+            for table in _as_list(value["lldp"]):  # lldpcli prints {} or [{}] for a node without neighbours
+                if not isinstance(table, dict):
+                    raise LldpError(f"{where}.lldp", "must be an object")
+                for port, entry in _pairs(table.get("interface"), f"{where}.lldp.interface"):
+                    at = f"{where}.lldp.interface.{port}"
+                    if isinstance(entry, dict) and "status" in entry and "via" not in entry:
+                        # `show interfaces`: a local port, described by the local chassis.
+                        if "chassis" not in entry:
+                            raise LldpError(at, "a local interface (`show interfaces`) needs `chassis`")
+                        name, chassis = _chassis(entry["chassis"], f"{at}.chassis")
+                        own.setdefault(name, chassis)
+                        local_ports += 1
+                        continue
+                    read.entries.append(self._entry(str(port), entry, at))
+                    neighbours += 1
+            tables += 1
+            local_only += local_ports > 0 and neighbours == 0
+        if not tables and not own:
+            raise LldpError(where, "has no `lldp` key: not `lldpcli -f json show neighbors` output")
+        if tables and local_only == tables:
             raise LldpError(
-                where, f"describes node {quote(node)}, as does document {quote(self.document_of[node])}"
+                where,
+                "holds `show interfaces` output but no `show neighbors`: collect "
+                "`lldpcli -f json show neighbors` (with `show chassis` or `show interfaces` if you like)",
             )
-        self.document_of[node] = document
-        self.described.setdefault(node, _Description())
-        if "lldp" not in value:
-            if local is None:
-                raise LldpError(where, "has no `lldp` key: not `lldpcli -f json show neighbors` output")
-            return
-        lldp = value["lldp"]
-        for table in _as_list(lldp):  # lldpcli prints {} or [{}] for a node without neighbours
-            if not isinstance(table, dict):
-                raise LldpError(f"{where}.lldp", "must be an object")
-            for port, entry in _pairs(table.get("interface"), f"{where}.lldp.interface"):
-                self._entry(document, node, str(port), entry, f"{where}.lldp.interface.{port}")
+        names = sorted(name for name in own if name)
+        if len(names) > 1:
+            raise LldpError(
+                where,
+                f"names two nodes itself: {quote(names[0])} and {quote(names[1])} (one document per node)",
+            )
+        if names:
+            read.own = names[0]
+        for described in own.values():
+            read.own_switch |= _capable_switch(described)
+            read.own_ipv4 = read.own_ipv4 or _first_ipv4(described)
+        return read
 
-    def _entry(self, document: str, node: str, port: str, entry: Any, where: str) -> None:
+    def _entry(self, port: str, entry: Any, where: str) -> tuple[str, str, str, str]:
         if not isinstance(entry, dict):
             raise LldpError(where, "must be an object")
         if "chassis" not in entry or "port" not in entry:
@@ -333,8 +417,59 @@ class _Parsed:
                 f"{where}.chassis", "the neighbour advertises no system name (enable it in its lldpd)"
             )
         self.describe(peer, _capable_switch(chassis), _first_ipv4(chassis))
-        peer_port = _port_name(entry["port"], f"{where}.port")
-        self.entries.append(_Neighbour(document, node, port, peer, peer_port))
+        return port, peer, _port_name(entry["port"], f"{where}.port"), where
+
+    def name_nodes(self, documents: Sequence[_Document]) -> None:
+        """Give every document its node (module docstring) and its entries that node."""
+        seen = {peer for document in documents for _, peer, _, _ in document.entries}
+        for document in documents:
+            where = f"documents[{quote(document.name)}]"
+            node = document.own
+            if not node:
+                whole, without_lldp = _file_names(document.name)
+                node = whole if whole in seen else without_lldp
+                if not node:
+                    raise LldpError(where, f"names no node: {_HOW_TO_NAME} (NODE.json)")
+                self.by_file_name[node] = document.name
+            if node in self.document_of:
+                raise LldpError(
+                    where, f"describes node {quote(node)}, as does document {quote(self.document_of[node])}"
+                )
+            self.document_of[node] = document.name
+            self.describe(node, document.own_switch, document.own_ipv4)
+            self.entries += [
+                _Neighbour(document.name, node, port, peer, peer_port)
+                for port, peer, peer_port, _ in document.entries
+            ]
+
+    def check_described(self) -> None:
+        """Every neighbour has a document; first, as a misnamed document makes other errors too."""
+        for entry in self.entries:
+            if entry.peer not in self.document_of:
+                raise LldpError(
+                    f"documents[{quote(entry.document)}]",
+                    f"{entry.node}:{entry.port} sees {quote(entry.peer)}:{entry.peer_port}, which no "
+                    f"document describes{self.naming_hint(entry.peer)}",
+                )
+
+    def naming_hint(self, missing: str) -> str:
+        """Why no document describes `missing` when documents named by their file names may be its."""
+        seen = {entry.peer for entry in self.entries}
+        unseen = [document for node, document in self.by_file_name.items() if node not in seen]
+        if not unseen:
+            return " (give one document per node, hosts included)"
+        names = ", ".join(quote(document, 60) for document in unseen[:3])
+        more = f" and {len(unseen) - 3} more" if len(unseen) > 3 else ""
+        how = _HOW_TO_NAME
+        if len(unseen) == 1:
+            start = f"Document {names} does not say which node it is"
+        else:
+            start = f"Documents {names}{more} do not say which node each is"
+            how = how.replace("to it", "to each").replace("name the file", "name each file")
+        return (
+            f". {start}, and no neighbour sees the node its file name gives: {how} "
+            f"({quote(missing + '.json', 60)})"
+        )
 
 
 def _pair_links(parsed: _Parsed) -> tuple[list[tuple[str, str, str, str]], list[str]]:
@@ -358,12 +493,6 @@ def _pair_links(parsed: _Parsed) -> tuple[list[tuple[str, str, str, str]], list[
         if (entry.node, entry.port) in cabled:
             continue
         where = f"documents[{quote(entry.document)}]"
-        if entry.peer not in parsed.document_of:
-            raise LldpError(
-                where,
-                f"{entry.node}:{entry.port} sees {quote(entry.peer)}:{entry.peer_port}, which no document "
-                "describes (give one document per node, hosts included)",
-            )
         other = by_port.get((entry.peer, entry.peer_port))
         if other is not None and (other.peer, other.peer_port) != (entry.node, entry.port):
             raise LldpError(
@@ -425,8 +554,8 @@ def read_cabling(documents: Sequence[tuple[str, str]]) -> Cabling:
     if not documents:
         raise LldpError("documents", "give one LLDP document per node")
     parsed = _Parsed()
-    for name, text in documents:
-        parsed.read(str(name), text)
+    parsed.name_nodes([parsed.read(str(name), text) for name, text in documents])
+    parsed.check_described()
     cables, notes = _pair_links(parsed)
     nodes = list(parsed.document_of)
     return Cabling(

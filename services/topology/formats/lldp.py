@@ -15,15 +15,22 @@ documents of all nodes together are the cabling. A document is what lldpcli prin
 
 lldpcli's JSON collapses one-element lists: with one neighbour `interface` is an object, with
 several a list of one-key objects; `capability` and `mgmt-ip` likewise are a single value or a list.
-All shapes parse. A document may also hold `lldpcli -f json show chassis` (key `local-chassis`),
-as one merged object or as the two outputs one after the other (`lldpcli -f json show chassis;
-lldpcli -f json show neighbors`).
+All shapes parse, and so does `-f json0` (lists kept, names as `"name"` keys; what lldpd built with
+--enable-json0 prints for `-f json` too), brought to the `-f json` shape by lldpd's own clean-up rules.
+A document may also hold `lldpcli -f json show chassis` (key `local-chassis`) or `show interfaces`
+(the local ports, each with the local chassis and a `status` instead of `via`), as one merged object
+or as the outputs one after the other (`lldpcli -f json show chassis; lldpcli -f json show neighbors`).
 
 Rules:
-- **names**: a node is named by its own chassis (`show chassis`) when the document has it, else by
-  the document's name (`leaf0.json` -> `leaf0`). Neighbours are named by the system name they
-  advertise, so every neighbour must be described by a document of its own; two documents for one
-  node are refused naming both.
+- **names**: a node is named by its own chassis (`show chassis` or `show interfaces`) when the
+  document has it (`show neighbors` alone never names its node), else by the document's file name
+  without directories, `.json` and an `lldp` word at its start or end (`lldp.leaf0.json`,
+  `lldp-leaf0.json`, `leaf0.lldp.json`, `leaf0.json`, `leaf0` -> `leaf0`; kept whole when the
+  neighbours call the node so). Neighbours are named by the system name they advertise, so every
+  neighbour must be described by a document of its own; when one is not and some document was named
+  only by a file name no neighbour uses, the error names that document and says to add `show
+  chassis` output to it or to name the file after its node. Two documents for one node are refused
+  naming both.
 - **kind**: a switch when any description of the node (its own chassis or a neighbour's view of
   it) has the Router or Bridge capability enabled, else a host. A host's IPv4 address is its first
   IPv4 management address.
@@ -63,7 +70,7 @@ __all__ = ["MAX_ARCHIVE_BYTES", "documents_from_archive", "import_lldp", "neighb
 
 
 def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple[str, str]]:
-    """The `NODE.json` members of a tar archive (plain or compressed), as (name, text) pairs."""
+    """The `*.json` members of a tar archive (plain or compressed), as (name, text) pairs."""
     try:
         return _read_archive(archive, field)
     except LldpError as exc:
