@@ -1,7 +1,8 @@
 """Diagnosis of per-port telemetry: the signatures the seeds describe.
 
-- ECMP pinning: in the same window some links run hot (> 80 % mean utilisation) while links of the
-  same group sit idle (< 20 %): the aggregate bandwidth is there but flows are pinned by the hash.
+- ECMP pinning: links of one group far apart in the same window (services/common/pinning.py, the
+  rule `telemetry skew` and the mirror apply too): the aggregate bandwidth is there but flows are
+  pinned by the hash.
 - Lossy link: drops or receive/symbol errors on a link (a marginal transceiver).
 
 The numbers come from the telemetry service (aggregated in SQL there); this module only judges them.
@@ -14,9 +15,9 @@ import enum
 import statistics
 from collections.abc import Sequence
 
+from services.common.pinning import DEFAULT_RULE, PinningRule
+
 __all__ = [
-    "HOT",
-    "IDLE",
     "Finding",
     "FindingKind",
     "PortValue",
@@ -25,9 +26,6 @@ __all__ = [
     "ecmp_pinning",
     "lossy_links",
 ]
-
-HOT = 0.8
-IDLE = 0.2
 
 
 class FindingKind(enum.Enum):
@@ -71,26 +69,26 @@ class Finding:
     window: Window | None = None
 
 
-def ecmp_pinning(utilisation: Sequence[PortValue], window: Window | None = None) -> Finding | None:
-    """A finding when hot and idle links coexist among links that carried traffic at all."""
-    values = [p.value for p in utilisation]
-    if len(values) < 2:
-        return None
-    hot = [p for p in utilisation if p.value > HOT]
-    idle = [p for p in utilisation if p.value < IDLE]
-    if not hot or not idle:
+def ecmp_pinning(
+    utilisation: Sequence[PortValue], window: Window | None = None, rule: PinningRule = DEFAULT_RULE
+) -> Finding | None:
+    """A finding when the links are pinned by `rule` (services/common/pinning.py) in the window."""
+    ordered = sorted(utilisation, key=lambda p: p.port)
+    values = [p.value for p in ordered]
+    verdict = rule.judge(values)
+    if not verdict.pinned:
         return None
     mean = statistics.fmean(values)
-    hot.sort(key=lambda p: (-p.value, p.port))
-    idle.sort(key=lambda p: (p.value, p.port))
+    hot = [ordered[i] for i in verdict.hot]
+    idle = [ordered[i] for i in verdict.idle]
     return Finding(
         kind=FindingKind.ECMP_PINNING,
         severity=Severity.WARNING,
         ports=tuple(p.port for p in hot),
         evidence=(
-            f"{len(hot)} of {len(values)} links above {HOT:.0%} mean utilisation while {len(idle)} sit below "
-            f"{IDLE:.0%} in the same window (max {max(values):.0%}, mean {mean:.0%}, "
-            f"max/mean {max(values) / mean if mean else 0:.2f}); hot: {_named(hot)}; idle: {_named(idle)}"
+            f"{len(hot)} of {len(values)} links hot while {len(idle)} sit idle in the same window (max "
+            f"{max(values):.0%}, mean {mean:.0%}, max/mean {verdict.max_over_mean:.2f}, max - min "
+            f"{verdict.spread:.0%}; pinned: {rule.describe()}); hot: {_named(hot)}; idle: {_named(idle)}"
         ),
         suggestion=(
             "Flows are pinned by ECMP hashing of low-entropy RoCEv2 headers. Use per-packet load "

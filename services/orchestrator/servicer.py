@@ -15,6 +15,7 @@ from fabrictwin.v1 import scenario_pb2, scenario_pb2_grpc
 
 from services.common.errors import InvalidArgument, status_code_number
 from services.common.listing import MAX_FILTERED, Listing, filtered_page
+from services.common.pinning import PinningRule
 from services.common.resources import (
     decode_page_token,
     encode_page_token,
@@ -337,13 +338,14 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         parse_name(request.source, "sources/{source}", "source")
         await self.telemetry.check_source(request.source)
         window = window_from_proto(request.time_range) if request.HasField("time_range") else None
+        rule = PinningRule.of(request.hot_above, request.idle_below, request.max_over_mean, request.spread)
         ports = list(request.ports)
         utilisation, drops, errors = [
             await self.telemetry.top_ports(request.source, measure, ports, window)
             for measure in (Measure.MEAN_UTILISATION, Measure.TOTAL_DROPS, Measure.TOTAL_RECEIVE_ERRORS)
         ]
         findings: list[diagnosis.Finding] = []
-        pinning = diagnosis.ecmp_pinning(utilisation, window)
+        pinning = diagnosis.ecmp_pinning(utilisation, window, rule)
         if pinning is not None:
             findings.append(pinning)
         findings.extend(diagnosis.lossy_links(drops, window, errors))

@@ -1,11 +1,12 @@
 """The diagnostic queries of the seeds: utilisation skew over a link group, loss history of a link.
 
 Skew, per interval: each port's mean utilisation in the interval (bucketed in SQL, from roll-ups
-where the step allows), then across the ports in SQL: how many, the max, the mean, the mean of
-squares, and the shares above `hot_above` and below `idle_below` in the *same* interval (hot and
-idle together is the ECMP pinning signature). max/mean and the coefficient of variation
-(population standard deviation over the mean) come from those in numpy, over one row per interval.
-With no load at all every port is equal: max/mean 1 and CV 0.
+where the step allows), then across the ports in SQL: how many, the max, the min, the mean, the mean
+of squares, and the shares above `hot_above` and below `idle_below` in the *same* interval. max/mean,
+the coefficient of variation (population standard deviation over the mean) and whether the ports
+are pinned (the one rule of services/common/pinning.py, which the diagnosis applies too) come from
+those in numpy, over one row per interval. With no load at all every port is equal: max/mean 1, CV
+0, not pinned.
 
 Loss, per interval of one port: sums of drops, receive errors, symbol errors, received packets and
 bytes and transmit discards; the estimated bit error rate is (symbol errors + receive errors) over
@@ -22,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from services.common.errors import InvalidArgument
+from services.common.pinning import PinningRule
 from services.telemetry.aggregates import Aggregation, PortSet, bucketed
 from services.telemetry.queries import QuerySource, bucket_count, fetch_arrays, plan
 from services.telemetry.schema import ROLLUP_NS
@@ -38,11 +40,13 @@ class Skew:
     time_ns: np.ndarray
     ports: np.ndarray
     max_utilisation: np.ndarray
+    min_utilisation: np.ndarray
     mean_utilisation: np.ndarray
     max_over_mean: np.ndarray
     coefficient_of_variation: np.ndarray
     share_hot: np.ndarray
     share_idle: np.ndarray
+    pinned: np.ndarray  # bool
     rollup_ns: int
 
 
@@ -74,17 +78,16 @@ def utilisation_skew(
     start_ns: int,
     end_ns: int,
     step_ns: int,
-    hot_above: float,
-    idle_below: float,
+    rule: PinningRule,
     max_points: int,
 ) -> Skew:
     """Skew of the ports' utilisation per interval, intervals with samples only, in time order."""
     window = plan(source, start_ns, end_ns, step_ns, Aggregation.AVG)
     _check_intervals(window.start_ns, window.end_ns, step_ns, max_points)
     rollup_ns = ROLLUP_NS if window.rollup is not None else 0
-    columns = ("<i8", "<i8", "<f8", "<f8", "<f8", "<f8", "<f8")
+    columns = ("<i8", "<i8", "<f8", "<f8", "<f8", "<f8", "<f8", "<f8")
     if window.empty or not ports.ids:
-        time, count, top, mean, mean_square, hot, idle = (np.empty(0, dtype=d) for d in columns)
+        time, count, top, low, mean, mean_square, hot, idle = (np.empty(0, dtype=d) for d in columns)
     else:
         dialect = connection.dialect.name
         per_port = bucketed(
@@ -97,23 +100,25 @@ def utilisation_skew(
                 per_port.c.bucket,
                 sa.func.count(value),
                 sa.func.max(value),
+                sa.func.min(value),
                 sa.func.avg(value),
                 sa.func.avg(value * value),
-                share(value > hot_above),
-                share(value < idle_below),
+                share(value > rule.hot_above),
+                share(value < rule.idle_below),
             )
             .where(value.is_not(None))
             .group_by(per_port.c.bucket)
             .order_by(per_port.c.bucket)
         )
-        time, count, top, mean, mean_square, hot, idle = fetch_arrays(connection, query, columns)
+        time, count, top, low, mean, mean_square, hot, idle = fetch_arrays(connection, query, columns)
     loaded = mean > 0
     ratio = np.ones_like(mean)
     np.divide(top, mean, out=ratio, where=loaded)
     deviation = np.sqrt(np.maximum(mean_square - mean * mean, 0.0))
     variation = np.zeros_like(mean)
     np.divide(deviation, mean, out=variation, where=loaded)
-    return Skew(time, count, top, mean, ratio, variation, hot, idle, rollup_ns)
+    pinned = rule.pinned(top, mean, low) & (count >= 2)
+    return Skew(time, count, top, low, mean, ratio, variation, hot, idle, pinned, rollup_ns)
 
 
 def loss_history(

@@ -27,6 +27,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from services.common.arrays import from_numeric_array
 from services.common.errors import InvalidArgument
 from services.common.listing import MAX_FILTERED, Listing, filtered_page
+from services.common.pinning import PinningRule
 from services.common.resources import decode_page_token, encode_page_token, page_size, parse_name
 from services.telemetry.aggregates import Aggregation
 from services.telemetry.availability import DatabaseProbe, HealthSetter
@@ -319,8 +320,7 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
             end_ns=request.time_range.end_ns,
             port_patterns=list(request.ports.patterns),
             step_ns=request.step_ns,
-            hot_above=request.hot_above or 0.8,
-            idle_below=request.idle_below or 0.2,
+            rule=PinningRule.of(request.hot_above, request.idle_below, request.max_over_mean, request.spread),
         )
         points = [
             telemetry_pb2.SkewPoint(
@@ -332,8 +332,10 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
                 ports=count,
                 max_utilisation=top,
                 mean_utilisation=mean,
+                min_utilisation=low,
+                pinned=pinned,
             )
-            for t, ratio, cv, hot, idle, count, top, mean in zip(
+            for t, ratio, cv, hot, idle, count, top, mean, low, pinned in zip(
                 skew.time_ns.tolist(),
                 skew.max_over_mean.tolist(),
                 skew.coefficient_of_variation.tolist(),
@@ -342,6 +344,8 @@ class TelemetryServicer(telemetry_pb2_grpc.TelemetryServiceServicer):
                 skew.ports.tolist(),
                 skew.max_utilisation.tolist(),
                 skew.mean_utilisation.tolist(),
+                skew.min_utilisation.tolist(),
+                skew.pinned.tolist(),
                 strict=True,
             )
         ]

@@ -24,6 +24,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from services.common.db import make_engine
 from services.common.errors import InvalidArgument, NotFound
+from services.common.pinning import DEFAULT_RULE, PinningRule
 from services.telemetry import sources as source_sql
 from services.telemetry.aggregates import Aggregation, PortSet
 from services.telemetry.availability import database_errors
@@ -351,14 +352,12 @@ class TelemetryStore:
         end_ns: int = 0,
         port_patterns: Sequence[str] = (),
         step_ns: int = 0,
-        hot_above: float = 0.8,
-        idle_below: float = 0.2,
+        rule: PinningRule = DEFAULT_RULE,
     ) -> Skew:
-        """Utilisation skew of the selected ports per interval of `step_ns` (0: the whole window)."""
+        """Utilisation skew of the selected ports per interval of `step_ns` (0: the whole window), and
+        whether `rule` finds them pinned in each."""
         _check_window(start_ns, end_ns)
         _check_step(step_ns)
-        if not 0 <= idle_below <= hot_above:
-            raise InvalidArgument("idle_below", f"{idle_below} must be within 0..hot_above ({hot_above})")
         with self._reading() as connection:
             source = source_sql.read_source(connection, source_id)
             selected, everything = self._selection(connection, source, port_patterns)
@@ -370,8 +369,7 @@ class TelemetryStore:
                 start_ns,
                 end_ns,
                 step_ns,
-                hot_above,
-                idle_below,
+                rule,
                 self.max_points,
             )
 

@@ -1,6 +1,8 @@
+import numpy as np
 import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.pinning import PinningRule
 from services.orchestrator.comparison import compare
 from services.orchestrator.diagnosis import FindingKind, PortValue, ecmp_pinning, lossy_links
 from services.orchestrator.messages import comparison_to_proto
@@ -73,6 +75,39 @@ def test_a_pinning_finding_names_at_most_five_hot_and_five_idle_links():
 def test_evenly_loaded_uplinks_are_not_pinning():
     assert ecmp_pinning(ports({"a": 0.85, "b": 0.9, "c": 0.88})) is None
     assert ecmp_pinning(ports({"a": 0.5, "b": 0.4})) is None
+
+
+def test_52_percent_next_to_8_is_pinning_though_nothing_runs_above_80():
+    """The seeds' signature is relative: a user's leaf with one uplink at 52% and its neighbour at 8%
+    (max/mean 3.46 over its four uplinks) was reported as nothing under fixed 80%/20% thresholds."""
+    finding = ecmp_pinning(ports({"leaf0/p3": 0.52, "leaf0/p4": 0.08, "leaf1/p3": 0.0, "leaf1/p4": 0.0}))
+    assert finding is not None and finding.ports == ("leaf0/p3",)
+    assert "max/mean 3.47" in finding.evidence or "max/mean 3.46" in finding.evidence
+    assert "idle: leaf1/p3 (0%), leaf1/p4 (0%), leaf0/p4 (8%)" in finding.evidence
+    two = ecmp_pinning(ports({"leaf0/p3": 0.52, "leaf0/p4": 0.08}))
+    assert two is not None and two.ports == ("leaf0/p3",) and "idle: leaf0/p4 (8%)" in two.evidence
+
+
+def test_the_thresholds_are_the_callers():
+    values = ports({"a": 0.52, "b": 0.08})
+    assert ecmp_pinning(values, rule=PinningRule.of(spread=0.5)) is None  # 0.44 apart: not enough now
+    assert ecmp_pinning(values, rule=PinningRule.of(max_over_mean=2.0)) is None  # 1.73: not enough
+    assert ecmp_pinning(ports({"a": 0.06, "b": 0.0})) is None  # 5% next to 0: too little to matter
+    assert ecmp_pinning(ports({"a": 0.06, "b": 0.0}), rule=PinningRule.of(spread=0.05)) is not None
+    with pytest.raises(InvalidArgument, match="max_over_mean"):
+        PinningRule.of(max_over_mean=0.5)
+    with pytest.raises(InvalidArgument, match="idle_below"):
+        PinningRule.of(hot_above=0.3, idle_below=0.5)
+
+
+def test_the_skew_and_the_diagnosis_judge_alike():
+    rule = PinningRule()
+    for values in ([0.52, 0.08], [0.86, 0.0, 0.43, 0.43], [0.5, 0.4], [0.06, 0.0], [0.95, 0.9, 0.05, 0.1]):
+        array = np.array(values)
+        vectorised = bool(
+            rule.pinned(array.max(keepdims=True), array.mean(keepdims=True), array.min(keepdims=True))[0]
+        )
+        assert rule.judge(values).pinned == vectorised, values
 
 
 def test_links_with_drops_are_lossy_findings_most_lossy_first():

@@ -183,7 +183,9 @@ async def test_a_stored_ecmp_run_is_diagnosed_as_pinned_flows(stack, scenarios):
     assert result.uplink_skew.share_hot > 0 and result.uplink_skew.share_idle > 0
     assert [f.kind for f in diagnosis.findings] == [scenario_pb2.FINDING_KIND_ECMP_PINNING]
     hot_links = round(result.uplink_skew.share_hot * result.uplink_skew.links)
-    assert len(diagnosis.findings[0].ports) == hot_links
+    # Every uplink above 80% is named hot, and with them any at 1.5x the mean (the relative rule).
+    assert hot_links >= 1 and len(diagnosis.findings[0].ports) >= hot_links
+    assert "max/mean" in diagnosis.findings[0].evidence and "idle:" in diagnosis.findings[0].evidence
 
 
 async def test_a_stored_adaptive_run_shows_no_pinning(stack, scenarios):

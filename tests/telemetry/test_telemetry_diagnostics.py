@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument, NotFound
+from services.common.pinning import PinningRule
 from services.telemetry.store import TelemetryStore
 
 S = 1_000_000_000
@@ -38,16 +39,28 @@ def test_skew_per_interval_is_max_over_mean_cv_and_the_hot_and_idle_shares(store
     assert skew.max_over_mean[1] == pytest.approx(1.0)
     assert skew.coefficient_of_variation[1] == pytest.approx(0.0, abs=1e-7)
     assert (skew.share_hot[1], skew.share_idle[1]) == (0.0, 0.0)
+    assert skew.min_utilisation.tolist() == pytest.approx([0.05, 0.4])
+    assert skew.pinned.tolist() == [True, False]
+
+
+def test_the_skew_finds_pinning_by_the_diagnosis_rule_52_next_to_8(store: TelemetryStore, source_id):
+    """A leaf's uplinks at 52% and 8%: nothing above 80%, yet pinned (max/mean 1.73, 44 points apart),
+    by the same rule the diagnosis applies; stricter thresholds from the caller say otherwise."""
+    levels = np.array([[0.52], [0.08]])
+    _ingest_levels(store, source_id, levels, np.array([5 * S]))
+    skew = store.utilisation_skew(source_id)
+    assert skew.share_hot.tolist() == [0.0] and skew.pinned.tolist() == [True]
+    assert store.utilisation_skew(source_id, rule=PinningRule.of(spread=0.5)).pinned.tolist() == [False]
 
 
 def test_skew_thresholds_and_a_whole_window_interval(store: TelemetryStore, source_id):
     levels = np.array([[0.7], [0.3], [0.1], [0.0]])
     _ingest_levels(store, source_id, levels, np.array([5 * S]))
-    skew = store.utilisation_skew(source_id, hot_above=0.6, idle_below=0.15)
+    skew = store.utilisation_skew(source_id, rule=PinningRule.of(hot_above=0.6, idle_below=0.15))
     assert skew.time_ns.tolist() == [0]  # step 0: the window is one interval
     assert (skew.share_hot[0], skew.share_idle[0]) == (0.25, 0.5)
     with pytest.raises(InvalidArgument, match=r"^idle_below"):
-        store.utilisation_skew(source_id, hot_above=0.2, idle_below=0.5)
+        PinningRule.of(hot_above=0.2, idle_below=0.5)
 
 
 def test_no_load_at_all_is_even(store: TelemetryStore, source_id):

@@ -194,6 +194,25 @@ def warn(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def pinning_options(parser: argparse.ArgumentParser) -> None:
+    """The ECMP pinning rule's thresholds (`scenario diagnose`, `telemetry skew`), 0 for each default."""
+    parser.add_argument(
+        "--max-over-mean",
+        type=float,
+        default=0.0,
+        help="pinned when max/mean is at least this (default 1.5) ...",
+    )
+    parser.add_argument(
+        "--spread", type=float, default=0.0, help="... and max - min at least this utilisation (default 0.3)"
+    )
+    parser.add_argument(
+        "--hot-above", type=float, default=0.0, help="or some above this utilisation (default 0.8) ..."
+    )
+    parser.add_argument(
+        "--idle-below", type=float, default=0.0, help="... while others are below this (default 0.2)"
+    )
+
+
 def add_list_options(parser: argparse.ArgumentParser, default_limit: int = 50) -> None:
     """--filter, --order-by and --limit of a list command."""
     parser.add_argument(

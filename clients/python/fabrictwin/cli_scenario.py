@@ -13,6 +13,7 @@ from fabrictwin.cli_common import (
     leaf,
     limited,
     message_dict,
+    pinning_options,
     print_json,
     subcommands,
     warn,
@@ -164,7 +165,16 @@ def _compare(client: Client, args: argparse.Namespace) -> int:
 
 
 def _diagnose(client: Client, args: argparse.Namespace) -> int:
-    diagnosis = client.scenarios.diagnose(args.source, ports=args.port, start_ns=args.start, end_ns=args.end)
+    diagnosis = client.scenarios.diagnose(
+        args.source,
+        ports=args.port,
+        start_ns=args.start,
+        end_ns=args.end,
+        hot_above=args.hot_above,
+        idle_below=args.idle_below,
+        max_over_mean=args.max_over_mean,
+        spread=args.spread,
+    )
     emit(args, diagnosis, findings_table)
     return 0
 
@@ -236,3 +246,4 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", action="append", default=[], help="port group to examine for skew; repeat")
     p.add_argument("--start", type=duration_arg, default=0, help="window start (ns, or 10ms/2s)")
     p.add_argument("--end", type=duration_arg, default=0, help="window end, exclusive (default: newest)")
+    pinning_options(p)

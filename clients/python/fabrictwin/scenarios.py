@@ -171,12 +171,29 @@ class ScenariosApi:
         return self._connection.unary(self._stub.CompareRuns, request)
 
     def diagnose(
-        self, source: str, *, ports: Sequence[str] = (), start_ns: int = 0, end_ns: int = 0
+        self,
+        source: str,
+        *,
+        ports: Sequence[str] = (),
+        start_ns: int = 0,
+        end_ns: int = 0,
+        hot_above: float = 0.0,
+        idle_below: float = 0.0,
+        max_over_mean: float = 0.0,
+        spread: float = 0.0,
     ) -> scenario_pb2.Diagnosis:
-        """What a telemetry source shows (ECMP pinning, lossy links, ...), most severe finding first."""
+        """What a telemetry source shows (ECMP pinning, lossy links, ...), most severe finding first.
+
+        Pinning: `ports`' mean utilisations with max/mean at least `max_over_mean` (default 1.5) and
+        max - min at least `spread` (default 0.3), or some above `hot_above` (0.8) while others are
+        below `idle_below` (0.2): the rule `utilisation_skew` applies too (0: each default)."""
         request = scenario_pb2.DiagnoseRequest(
             source=resource_name("sources", source),
             time_range=common_pb2.TimeRange(start_ns=start_ns, end_ns=end_ns),
             ports=list(ports),
+            hot_above=hot_above,
+            idle_below=idle_below,
+            max_over_mean=max_over_mean,
+            spread=spread,
         )
         return self._connection.unary(self._stub.Diagnose, request)

@@ -312,11 +312,15 @@ class TelemetryApi:
         step_ns: int = 0,
         hot_above: float = 0.0,
         idle_below: float = 0.0,
+        max_over_mean: float = 0.0,
+        spread: float = 0.0,
     ) -> list[telemetry_pb2.SkewPoint]:
-        """Utilisation skew of a port group per interval (hot and idle at once: ECMP pinning).
+        """Utilisation skew of a port group per interval, and whether the ports are pinned (`pinned`).
 
-        `ports` may name a fabric group (`group:uplinks`); step 0 makes the window one interval;
-        a port is hot above `hot_above` (default 0.8) and idle below `idle_below` (default 0.2).
+        `ports` may name a fabric group (`group:uplinks`); step 0 makes the window one interval. The
+        pinning rule is the diagnosis' (`client.scenarios.diagnose`): max/mean at least
+        `max_over_mean` (default 1.5) and max - min at least `spread` (default 0.3), or some ports
+        above `hot_above` (default 0.8) while others are below `idle_below` (default 0.2).
         """
         request = telemetry_pb2.GetUtilisationSkewRequest(
             source=resource_name("sources", source),
@@ -325,6 +329,8 @@ class TelemetryApi:
             step_ns=step_ns,
             hot_above=hot_above,
             idle_below=idle_below,
+            max_over_mean=max_over_mean,
+            spread=spread,
         )
         return list(self._connection.unary(self._stub.GetUtilisationSkew, request).points)
 

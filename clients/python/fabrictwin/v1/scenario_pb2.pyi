@@ -961,8 +961,21 @@ class DiagnoseRequest(_message.Message):
     SOURCE_FIELD_NUMBER: _builtins.int
     TIME_RANGE_FIELD_NUMBER: _builtins.int
     PORTS_FIELD_NUMBER: _builtins.int
+    HOT_ABOVE_FIELD_NUMBER: _builtins.int
+    IDLE_BELOW_FIELD_NUMBER: _builtins.int
+    MAX_OVER_MEAN_FIELD_NUMBER: _builtins.int
+    SPREAD_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """`sources/{source}` in telemetry."""
+    hot_above: _builtins.float
+    """ECMP pinning, the rule `GetUtilisationSkew` applies too (0: each default): the group's links are
+    pinned when the busiest runs at `max_over_mean` times their mean utilisation or more (default
+    1.5) and at least `spread` above the idlest (default 0.3), or when some run above `hot_above`
+    (default 0.8) while others sit below `idle_below` (default 0.2).
+    """
+    idle_below: _builtins.float
+    max_over_mean: _builtins.float
+    spread: _builtins.float
     @_builtins.property
     def time_range(self) -> _common_pb2.TimeRange:
         """Window."""
@@ -977,10 +990,14 @@ class DiagnoseRequest(_message.Message):
         source: _builtins.str = ...,
         time_range: _common_pb2.TimeRange | None = ...,
         ports: _abc.Iterable[_builtins.str] | None = ...,
+        hot_above: _builtins.float = ...,
+        idle_below: _builtins.float = ...,
+        max_over_mean: _builtins.float = ...,
+        spread: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["time_range", b"time_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "source", b"source", "time_range", b"time_range"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hot_above", b"hot_above", "idle_below", b"idle_below", "max_over_mean", b"max_over_mean", "ports", b"ports", "source", b"source", "spread", b"spread", "time_range", b"time_range"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

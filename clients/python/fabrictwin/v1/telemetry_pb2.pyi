@@ -1013,6 +1013,8 @@ class GetUtilisationSkewRequest(_message.Message):
     STEP_NS_FIELD_NUMBER: _builtins.int
     HOT_ABOVE_FIELD_NUMBER: _builtins.int
     IDLE_BELOW_FIELD_NUMBER: _builtins.int
+    MAX_OVER_MEAN_FIELD_NUMBER: _builtins.int
+    SPREAD_FIELD_NUMBER: _builtins.int
     source: _builtins.str
     """`sources/{source}`."""
     step_ns: _builtins.int
@@ -1021,6 +1023,12 @@ class GetUtilisationSkewRequest(_message.Message):
     """A port is hot above this mean utilisation in an interval (default 0.8)."""
     idle_below: _builtins.float
     """A port is idle below this mean utilisation in an interval (default 0.2)."""
+    max_over_mean: _builtins.float
+    """With `spread`, the relative part of the pinning rule (SkewPoint.pinned; the orchestrator's
+    Diagnose applies the same rule): max/mean at least this (default 1.5) ...
+    """
+    spread: _builtins.float
+    """... and the busiest port at least this above the idlest (default 0.3)."""
     @_builtins.property
     def time_range(self) -> _common_pb2.TimeRange:
         """Window."""
@@ -1038,10 +1046,12 @@ class GetUtilisationSkewRequest(_message.Message):
         step_ns: _builtins.int = ...,
         hot_above: _builtins.float = ...,
         idle_below: _builtins.float = ...,
+        max_over_mean: _builtins.float = ...,
+        spread: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ports", b"ports", "time_range", b"time_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hot_above", b"hot_above", "idle_below", b"idle_below", "ports", b"ports", "source", b"source", "step_ns", b"step_ns", "time_range", b"time_range"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hot_above", b"hot_above", "idle_below", b"idle_below", "max_over_mean", b"max_over_mean", "ports", b"ports", "source", b"source", "spread", b"spread", "step_ns", b"step_ns", "time_range", b"time_range"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1061,6 +1071,8 @@ class SkewPoint(_message.Message):
     PORTS_FIELD_NUMBER: _builtins.int
     MAX_UTILISATION_FIELD_NUMBER: _builtins.int
     MEAN_UTILISATION_FIELD_NUMBER: _builtins.int
+    MIN_UTILISATION_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
     time_ns: _builtins.int
     """Interval start."""
     max_over_mean: _builtins.float
@@ -1068,15 +1080,21 @@ class SkewPoint(_message.Message):
     coefficient_of_variation: _builtins.float
     """Coefficient of variation."""
     share_hot: _builtins.float
-    """Share of ports above 80%."""
+    """Share of ports above `hot_above`."""
     share_idle: _builtins.float
-    """Share of ports below 20%."""
+    """Share of ports below `idle_below`."""
     ports: _builtins.int
     """Ports with samples in the interval."""
     max_utilisation: _builtins.float
     """Highest mean utilisation of a port."""
     mean_utilisation: _builtins.float
     """Mean utilisation over the ports."""
+    min_utilisation: _builtins.float
+    """Lowest mean utilisation of a port."""
+    pinned: _builtins.bool
+    """The ports are pinned in this interval: max/mean and max - min at least the request's
+    `max_over_mean` and `spread`, or some above `hot_above` while others are below `idle_below`.
+    """
     def __init__(
         self,
         *,
@@ -1088,10 +1106,12 @@ class SkewPoint(_message.Message):
         ports: _builtins.int = ...,
         max_utilisation: _builtins.float = ...,
         mean_utilisation: _builtins.float = ...,
+        min_utilisation: _builtins.float = ...,
+        pinned: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "max_over_mean", b"max_over_mean", "max_utilisation", b"max_utilisation", "mean_utilisation", b"mean_utilisation", "ports", b"ports", "share_hot", b"share_hot", "share_idle", b"share_idle", "time_ns", b"time_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coefficient_of_variation", b"coefficient_of_variation", "max_over_mean", b"max_over_mean", "max_utilisation", b"max_utilisation", "mean_utilisation", b"mean_utilisation", "min_utilisation", b"min_utilisation", "pinned", b"pinned", "ports", b"ports", "share_hot", b"share_hot", "share_idle", b"share_idle", "time_ns", b"time_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
