@@ -1,4 +1,5 @@
-"""A real Ethernet leaf-spine fabric in Linux network namespaces: 2 spines, 2 leaves, 4 hosts.
+"""A real Ethernet leaf-spine fabric in Linux network namespaces: 2 spines, 2 leaves, 4 hosts; leaf0
+routes each host port, leaf1 bridges them (br0), the two designs operators run.
 
     with LeafSpineLab(link_mbit=100) as lab:      # or: with build_lab() as lab:
         lab.lldp_neighbors_json("leaf0")           # lldpcli -f json show neighbors, as on a switch
@@ -349,7 +350,7 @@ class LeafSpineLab:
         """`count` UDP source ports from `start` up whose flows src_host -> dst_host:4791 the source leaf
         hashes onto its uplink toward `want_spine` (to build deliberate ECMP collisions)."""
         leaf = self.leaf_of(src_host)
-        iif, want_if = topo.host_port(src_host), topo.uplink(leaf, want_spine)
+        iif, want_if = topo.host_ingress(src_host), topo.uplink(leaf, want_spine)
         src, dst = self.host_ip(src_host), self.host_ip(dst_host)
         ports: list[int] = []
         for sport in range(start, 65536):

@@ -60,22 +60,38 @@ def neigh_command(ifname: str, peer_addr: str, peer_mac: str) -> str:
 
 def neighbor_commands(node: str, ifname: str) -> list[str]:
     """The permanent neighbour entry for the peer of `node`'s `ifname` (the kernel flushes it when the
-    interface goes admin down)."""
+    interface goes admin down); a bridge member's peer is the bridge's neighbour, and a host behind a
+    bridge has the bridge (its gateway) as its neighbour."""
     commands = []
     for link in topo.all_links():
         if (link.a, link.a_if) == (node, ifname):
-            commands.append(neigh_command(ifname, link.b_addr, link.b_mac))
+            dev = topo.BRIDGE if not link.a_addr else ifname
+            commands.append(neigh_command(dev, link.b_addr, link.b_mac))
         if (link.b, link.b_if) == (node, ifname):
-            commands.append(neigh_command(ifname, link.a_addr, link.a_mac))
+            if link.a_addr:
+                commands.append(neigh_command(ifname, link.a_addr, link.a_mac))
+            else:
+                commands.append(neigh_command(ifname, topo.bridge_address(link.a), topo.bridge_mac(link.a)))
     return commands
 
 
 def configure_interfaces(ns: NamespaceOf) -> None:
-    """Address, link up and the peer's permanent neighbour entry on every veth end."""
+    """A bridge on each bridged leaf (its host ports as members), then address, link up and the peer's
+    permanent neighbour entry on every veth end."""
     per_node: dict[str, list[str]] = {node: [] for node in topo.NODES}
+    for leaf in topo.BRIDGED_LEAVES:
+        per_node[leaf] += [
+            f"link add {topo.BRIDGE} address {topo.bridge_mac(leaf)} type bridge",
+            f"addr add {topo.bridge_address(leaf)} dev {topo.BRIDGE}",
+            f"link set {topo.BRIDGE} up",
+        ]
     for link in topo.all_links():
         for node, ifname, addr in ((link.a, link.a_if, link.a_addr), (link.b, link.b_if, link.b_addr)):
-            per_node[node] += [f"addr add {addr} dev {ifname}", f"link set {ifname} up"]
+            if addr:
+                per_node[node].append(f"addr add {addr} dev {ifname}")
+            else:
+                per_node[node].append(f"link set {ifname} master {topo.BRIDGE}")
+            per_node[node].append(f"link set {ifname} up")
             per_node[node] += neighbor_commands(node, ifname)
     for node, commands in per_node.items():
         ip_batch(ns(node), commands)

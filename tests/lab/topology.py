@@ -1,7 +1,12 @@
 """The lab's fixed plan: nodes, veth links (switch-style port names), addresses, MACs and static routes.
 
 Pure data, no side effects. Addressing (all inside the namespaces):
-- host hK on leaf L: 10.1.K.0/24, the leaf is .1, the host .2; leaf L's hosts aggregate to 10.1.(2L).0/23;
+- a routed leaf (leaf0): host hK in 10.1.K.0/24, the leaf's port facing it is .1, the host .2;
+- a bridged leaf (leaf1, the Cumulus/SONiC design): its host ports are members of a Linux bridge
+  `br0` that holds the leaf's address for its hosts, 10.1.(2L).1/23, and the hosts (10.1.K.2/23)
+  use it as their gateway; the kernel routes to them out of `br0`, and the bridge's forwarding
+  database says which member port leads to each;
+- leaf L's hosts aggregate to 10.1.(2L).0/23 either way;
 - leaf L <-> spine S: the /31 10.2.S.(2L), the spine takes the even address, the leaf the odd one.
 """
 
@@ -15,6 +20,8 @@ HOSTS = ("h0", "h1", "h2", "h3")
 SWITCHES = SPINES + LEAVES
 NODES = SPINES + LEAVES + HOSTS
 HOSTS_PER_LEAF = 2
+BRIDGED_LEAVES = ("leaf1",)
+BRIDGE = "br0"
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class Link:
     a: str
     a_if: str
     a_mac: str
-    a_addr: str
+    a_addr: str  # "" where the port is a bridge member (the bridge holds the address)
     b: str
     b_if: str
     b_mac: str
@@ -63,6 +70,34 @@ def host_port(host: str) -> str:
     return f"swp{HOSTS.index(host) % HOSTS_PER_LEAF + 1}"
 
 
+def is_bridged(leaf: str) -> bool:
+    """Whether `leaf` bridges its host ports (br0) rather than routing each."""
+    return leaf in BRIDGED_LEAVES
+
+
+def host_ingress(host: str) -> str:
+    """The interface `host`'s packets arrive on at its leaf's IP layer: its port, or the bridge."""
+    return BRIDGE if is_bridged(leaf_of(host)) else host_port(host)
+
+
+def bridge_address(leaf: str) -> str:
+    """A bridged leaf's address for its hosts (on br0): the first of its /23."""
+    return f"10.1.{HOSTS_PER_LEAF * LEAVES.index(leaf)}.1/23"
+
+
+def bridge_mac(leaf: str) -> str:
+    """The bridge's MAC (port 0 of the switch)."""
+    return _mac(leaf, 0)
+
+
+def gateway(host: str) -> str:
+    """The address `host` routes through: its leaf port's, or its bridged leaf's br0."""
+    leaf = leaf_of(host)
+    if is_bridged(leaf):
+        return _ip(bridge_address(leaf))
+    return f"10.1.{HOSTS.index(host)}.1"
+
+
 def uplink(leaf: str, spine: str) -> str:
     """The leaf port facing `spine`: swp3 (spine0) or swp4 (spine1)."""
     return f"swp{HOSTS_PER_LEAF + 1 + SPINES.index(spine)}"
@@ -88,16 +123,17 @@ def host_links() -> list[Link]:
     links = []
     for k, host in enumerate(HOSTS):
         leaf, port = leaf_of(host), host_port(host)
+        bridged = is_bridged(leaf)
         links.append(
             Link(
                 a=leaf,
                 a_if=port,
                 a_mac=_mac(leaf, int(port[3:])),
-                a_addr=f"10.1.{k}.1/24",
+                a_addr="" if bridged else f"10.1.{k}.1/24",
                 b=host,
                 b_if="eth0",
                 b_mac=_mac(host, 0),
-                b_addr=f"10.1.{k}.2/24",
+                b_addr=f"10.1.{k}.2/23" if bridged else f"10.1.{k}.2/24",
             )
         )
     return links
@@ -133,7 +169,7 @@ def routes() -> list[Route]:
     """Hosts default via their leaf; leaves reach the other leaf over both spines; spines reach each leaf."""
     out = []
     for link in host_links():
-        out.append(Route(link.b, "default", ((_ip(link.a_addr), "eth0"),)))
+        out.append(Route(link.b, "default", ((gateway(link.b), "eth0"),)))
     fabric = fabric_links()
     for leaf in LEAVES:
         for other in LEAVES:
