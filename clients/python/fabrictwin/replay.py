@@ -2,19 +2,26 @@
 
 The twin earns trust by reproducing what the live fabric did before it explores what it could do:
 
-1. `observed_flows`: each live flow's bytes come from the mirrored counters (what its source host
-   pushed into its leaf over the window: the leaf port's received bytes), its rate the median rate
-   of the sampling intervals in which that port carried traffic, and its path the one the switches
-   chose (`fabrictwin.path_trace`). Counters cannot tell apart two flows leaving one host: their
-   host's bytes (and rate) are shared in proportion to the `weights` given (equal by default), which
-   `Replay.notes` says.
+1. `observed_flows`: each live flow's bytes and rate are *inferred* from the mirrored counters of
+   every switch port on the traced paths (`fabrictwin.path_trace`): every port's transmitted bytes
+   are the sum of the flows leaving by it, its received bytes the sum of those arriving, so the
+   flows' bytes solve a non-negative least-squares system over all those counters (`nnls`), over the
+   whole window for the sizes and interval by interval for the rates (the median rate of the
+   intervals in which the flow ran). Flows the counters cannot tell apart (they cross exactly the
+   same ports, or any combination the counters cannot separate) are named in `notes`; flows that
+   cross the same ports share their bytes by `weights` (equal by default). `split="weights"` skips
+   the inference and shares each host's bytes among its flows by `weights`, as asked.
 2. `replay`: the flows run at FLOW fidelity (rate-capped flows are fluid) once pinned to their
    observed paths (label `AS_OBSERVED`), then unpinned under each mode asked for (SPRAY,
    ADAPTIVE, ...). Each result gives the bytes each port sent, so the as-observed replay can be
    checked against the measured counters and the modes compared with it.
 
-The byte counts are the counters' (Ethernet frames as the NIC counts them), so FLOW fidelity, which
-adds no wire header of its own, carries exactly those bytes.
+Counters count frames as they leave the port: wire bytes. The replay fixes its framing (MTU 4096,
+82 bytes of RoCEv2 overhead a packet) and asks each flow for the payload that puts exactly the
+counted bytes on the wire, so no header is counted twice; rates are wire rates, as the FLOW engine
+caps them.
+
+The inference needs numpy (`pip install 'fabrictwin[replay]'`).
 """
 
 from __future__ import annotations
@@ -22,16 +29,29 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fabrictwin.client import Client
 from fabrictwin.errors import FailedPreconditionError, InvalidArgumentError
+from fabrictwin.extras import require
 from fabrictwin.path_trace import LiveFlow
 from fabrictwin.specs import load_balancing
 from fabrictwin.v1 import common_pb2, simulation_pb2, topology_pb2
 
-__all__ = ["ModeResult", "ObservedFlow", "Replay", "observed_flows", "port_totals", "replay"]
+__all__ = [
+    "ModeResult",
+    "ObservedFlow",
+    "Replay",
+    "nnls",
+    "observed_flows",
+    "payload_for_wire_bytes",
+    "port_totals",
+    "replay",
+]
 
 AS_OBSERVED = "AS_OBSERVED"
+REPLAY_MTU_BYTES = 4096
+REPLAY_HEADER_BYTES = 82  # RoCEv2 on the wire: Ethernet, IPv4, UDP, BTH, ICRC, FCS, preamble and gap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +151,94 @@ def _access_port(links: Sequence[topology_pb2.Link], host: str) -> str:
     return ends[0]
 
 
+def payload_for_wire_bytes(wire_bytes: int) -> int:
+    """The payload whose packets put `wire_bytes` on the wire at the replay's framing (within one
+    header: the last packet's share)."""
+    packets = -(-wire_bytes // (REPLAY_MTU_BYTES + REPLAY_HEADER_BYTES))
+    return max(1, wire_bytes - packets * REPLAY_HEADER_BYTES)
+
+
+def nnls(matrix: Any, target: Any, tolerance: float = 1e-10) -> Any:
+    """x >= 0 minimising ||matrix @ x - target|| (Lawson and Hanson's active-set method, as SciPy's
+    `optimize.nnls`); numpy arrays in and out."""
+    np = require("numpy", "replay", "Inferring flow rates from counters")
+    a = np.asarray(matrix, dtype=float)
+    b = np.asarray(target, dtype=float)
+    columns = a.shape[1]
+    x = np.zeros(columns)
+    passive = np.zeros(columns, dtype=bool)
+    scale = (
+        tolerance * max(1.0, float(np.abs(a).max(initial=0.0))) * max(1.0, float(np.abs(b).max(initial=0.0)))
+    )
+    for _ in range(3 * columns + 10):
+        gradient = a.T @ (b - a @ x)
+        candidates = ~passive & (gradient > scale)
+        if not candidates.any():
+            break
+        passive[int(np.argmax(np.where(candidates, gradient, -np.inf)))] = True
+        while True:
+            z = np.zeros(columns)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            blocking = passive & (z <= 0)
+            step = np.min(x[blocking] / np.maximum(x[blocking] - z[blocking], 1e-300))
+            x = x + step * (z - x)
+            passive &= x > scale
+            x[~passive] = 0.0
+    return x
+
+
+def _directions(
+    links: dict[str, topology_pb2.Link], flow: LiveFlow, path: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(port sending, port receiving) of each link of `path`, as `node/pN`, walking from the source."""
+    out, here = [], flow.source
+    for name in path:
+        link = links.get(name)
+        if link is None:
+            raise InvalidArgumentError(f"paths: {name!r} is no link of the fabric")
+        a, b = link.node_a.rsplit("/", 1)[-1], link.node_b.rsplit("/", 1)[-1]
+        ends = {a: f"{a}/p{link.port_a}", b: f"{b}/p{link.port_b}"}
+        if here not in ends:
+            raise InvalidArgumentError(
+                f"paths: {name} does not continue the path of {flow.source}->{flow.destination}"
+            )
+        there = b if here == a else a
+        out.append((ends[here], ends[there]))
+        here = there
+    return out
+
+
+def _series(
+    client: Client, source: str, metric: str, ports: Sequence[str], start_ns: int, end_ns: int, step_ns: int
+) -> dict[str, list[float]]:
+    """Per port with samples, its per-bucket sums of `metric` (NaN: no sample in the bucket); ports
+    the source does not have (a host's, unmirrored) are left out."""
+    out = {}
+    buckets = -(-(end_ns - start_ns) // step_ns)
+    # A name asked as itself must exist; as a glob matching only it, it may be absent.
+    globs = [f"{port[:-1]}[{port[-1]}]" for port in ports]
+    for series in client.telemetry.query_series(
+        source,
+        metric,
+        ports=globs,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        step_ns=step_ns,
+        aggregation="sum",
+    ):
+        values = [math.nan] * buckets
+        for time, value in zip(series.time_ns, series.values, strict=True):
+            index = (time - start_ns) // step_ns
+            if 0 <= index < buckets and not math.isnan(value):
+                values[index] = value
+        if any(not math.isnan(v) for v in values):
+            out[series.port] = values
+    return out
+
+
 def observed_flows(
     client: Client,
     source: str,
@@ -141,14 +249,134 @@ def observed_flows(
     end_ns: int,
     *,
     weights: Sequence[float] | None = None,
+    split: str = "infer",
+    step_ns: int = 1_000_000_000,
 ) -> tuple[list[ObservedFlow], list[str]]:
-    """The flows with their sizes and rates from the mirrored counters (module docstring), and notes."""
+    """The flows with their sizes and rates from the mirrored counters (module docstring), and notes.
+
+    `step_ns` is the interval the rates are inferred over (the mirror's polling interval or a
+    multiple of it); `split` is "infer" (the default) or "weights" (each host's bytes shared among
+    its flows by `weights`, as asked, without looking at other ports)."""
     if len(paths) != len(flows):
         raise InvalidArgumentError(f"paths: {len(paths)} paths for {len(flows)} flows")
     if end_ns <= start_ns:
         raise InvalidArgumentError("end_ns: the window must end after it starts")
+    if split not in ("infer", "weights"):
+        raise InvalidArgumentError(f"split: {split!r} is neither 'infer' nor 'weights'")
+    if step_ns <= 0:
+        raise InvalidArgumentError("step_ns: must be positive")
     weights = list(weights) if weights is not None else [1.0] * len(flows)
+    if len(weights) != len(flows) or any(not w > 0 for w in weights):
+        raise InvalidArgumentError("weights: one positive weight per flow")
     links = list(client.fabrics.links(fabric))
+    if split == "weights":
+        return _split_by_weights(client, source, links, flows, paths, start_ns, end_ns, weights, step_ns)
+    np = require("numpy", "replay", "Inferring flow rates from counters")
+    by_name = {link.display_name: link for link in links}
+    hops = [_directions(by_name, flow, path) for flow, path in zip(flows, paths, strict=True)]
+    rows: dict[tuple[str, str], set[int]] = {}
+    for f, pairs in enumerate(hops):
+        for sending, receiving in pairs:
+            rows.setdefault(("tx_bytes", sending), set()).add(f)
+            rows.setdefault(("rx_bytes", receiving), set()).add(f)
+    measured: dict[tuple[str, str], list[float]] = {}
+    for metric in ("tx_bytes", "rx_bytes"):
+        ports = sorted({port for kind, port in rows if kind == metric})
+        for port, values in _series(client, source, metric, ports, start_ns, end_ns, step_ns).items():
+            measured[(metric, port)] = values
+    keys = sorted(key for key in rows if key in measured)
+    seen = [f for f in range(len(flows)) if any(f in rows[key] for key in keys)]
+    unseen = sorted(set(range(len(flows))) - set(seen))
+    if unseen:
+        raise FailedPreconditionError(
+            f"no mirrored counter on the path of {flows[unseen[0]].source}->{flows[unseen[0]].destination}: "
+            "mirror its switches' ports"
+        )
+    matrix = np.array([[1.0 if f in rows[key] else 0.0 for f in range(len(flows))] for key in keys])
+    samples = np.array([measured[key] for key in keys])  # [rows, buckets]
+    notes: list[str] = []
+    # Flows crossing exactly the same counted ports cannot be told apart: one unknown, shared by weight.
+    columns: dict[bytes, list[int]] = {}
+    for f in range(len(flows)):
+        columns.setdefault(matrix[:, f].tobytes(), []).append(f)
+    groups = list(columns.values())
+    merged = np.stack([matrix[:, group[0]] for group in groups], axis=1)
+    for group in groups:
+        if len(group) > 1:
+            names = ", ".join(_flow_name(flows[f]) for f in group)
+            notes.append(
+                f"{names} cross the same counted ports: the counters cannot tell them apart; shared by weight"
+            )
+    rank = np.linalg.matrix_rank(merged)
+    if rank < merged.shape[1]:
+        _, _, vt = np.linalg.svd(merged)
+        loose = np.flatnonzero(np.abs(vt[rank:]).max(axis=0) > 1e-9)
+        names = ", ".join(_flow_name(flows[groups[g][0]]) for g in loose.tolist())
+        notes.append(
+            f"the counters do not determine {names} separately (only their sums): a least-squares split"
+        )
+    complete = ~np.isnan(samples)
+    totals = np.where(complete, samples, 0.0).sum(axis=1)
+    sizes_by_group = nnls(merged, totals)
+    rates_by_group: list[list[float]] = [[] for _ in groups]
+    for t in range(samples.shape[1]):
+        have = complete[:, t]
+        if not have.any():
+            continue
+        amounts = nnls(merged[have], samples[have, t])
+        for g, amount in enumerate(amounts.tolist()):
+            rates_by_group[g].append(amount * 8e9 / step_ns)
+    observed = []
+    sizes = [0] * len(flows)
+    rates = [0.0] * len(flows)
+    for g, group in enumerate(groups):
+        share = sum(weights[f] for f in group)
+        busy = sorted(
+            r for r in rates_by_group[g] if r >= 0.1 * max(rates_by_group[g], default=0.0) and r > 0
+        )
+        rate = busy[len(busy) // 2] if busy else 0.0
+        for f in group:
+            sizes[f] = round(float(sizes_by_group[g]) * weights[f] / share)
+            rates[f] = rate * weights[f] / share
+    residual = float(np.abs(merged @ sizes_by_group - totals).max(initial=0.0))
+    if residual > 0.01 * max(float(totals.max(initial=0.0)), 1.0):
+        notes.append(
+            f"the counters disagree with any split of the traced flows by up to {residual:,.0f} bytes on one "
+            "port (other traffic on the paths, or a path traced wrong)"
+        )
+    seconds = (end_ns - start_ns) / 1e9
+    for f, (flow, path) in enumerate(zip(flows, paths, strict=True)):
+        if sizes[f] <= 0:
+            raise FailedPreconditionError(
+                f"{_flow_name(flow)}: the counters show none of its bytes in the window"
+            )
+        observed.append(
+            ObservedFlow(
+                flow,
+                tuple(path),
+                payload_for_wire_bytes(sizes[f]),
+                (rates[f] or sizes[f] * 8 / seconds) / 1e9,
+            )
+        )
+    return observed, notes
+
+
+def _flow_name(flow: LiveFlow) -> str:
+    return f"{flow.source}->{flow.destination}:{flow.udp_source_port}"
+
+
+def _split_by_weights(
+    client: Client,
+    source: str,
+    links: Sequence[topology_pb2.Link],
+    flows: Sequence[LiveFlow],
+    paths: Sequence[Sequence[str]],
+    start_ns: int,
+    end_ns: int,
+    weights: Sequence[float],
+    step_ns: int,
+) -> tuple[list[ObservedFlow], list[str]]:
+    """Each host's bytes (its leaf port's received bytes) shared among its flows by `weights`."""
     access = [_access_port(links, flow.source) for flow in flows]
     received: dict[str, float] = dict.fromkeys(access, 0.0)
     rate_bps: dict[str, float] = dict.fromkeys(access, 0.0)
@@ -161,7 +389,7 @@ def observed_flows(
     for port, weight in zip(access, weights, strict=True):
         share[port] = share.get(port, 0.0) + weight
     notes = [
-        f"{port}: {sum(1 for p in access if p == port)} flows share the host's bytes by weight"
+        f"{port}: {sum(1 for p in access if p == port)} flows share the host's bytes by weight, as asked"
         for port in sorted(share)
         if sum(1 for p in access if p == port) > 1
     ]
@@ -174,7 +402,7 @@ def observed_flows(
                 f"{flow.source}: its leaf port {port} received nothing in the window"
             )
         rate = rate_bps[port] * weight / share[port] or size * 8 / seconds
-        observed.append(ObservedFlow(flow, tuple(path), size, rate / 1e9))
+        observed.append(ObservedFlow(flow, tuple(path), payload_for_wire_bytes(size), rate / 1e9))
     return observed, notes
 
 
@@ -244,6 +472,8 @@ def replay(
             fidelity=simulation_pb2.FIDELITY_FLOW,
             jobs=[_job(observed, pinned=pinned)],
             load_balancing=mode,
+            mtu_bytes=REPLAY_MTU_BYTES,
+            header_bytes=REPLAY_HEADER_BYTES,
         )
 
     as_observed = load_balancing("ecmp", label=AS_OBSERVED)
