@@ -165,3 +165,51 @@ def test_nnls_matches_the_exact_solution_and_keeps_to_non_negative_values():
     b = np.array([1.0, -2.0, 3.0])
     x = nnls(np.eye(3), b)
     assert x.tolist() == [1.0, 0.0, 3.0]
+
+
+def test_rates_come_from_each_samples_own_interval_when_polls_are_late_or_slower_than_the_step(client):
+    """A poll a little late carries more than one interval's bytes; a mirror polling every 2 s has
+    no sample in every other 1 s step. Each sample's bytes are spread over its own interval, so a
+    steady flow's rate comes out as it ran, whatever the polls' rhythm."""
+    links = list(client.fabrics.links(FABRIC))
+    steady = [FLOWS[0], FLOWS[1]]  # 1 and 8 units from host-0 over both spines
+    client.telemetry.create_source("infer-late", fabric=FABRIC)
+    gaps = [1.0, 1.4, 0.6, 1.0, 2.0, 1.0, 0.7, 1.3, 2.0, 2.0, 1.0, 1.5, 0.5, 1.0]
+    times = [round(sum(gaps[: i + 1]) * S) for i in range(len(gaps))]
+    links_of = []
+    for _, nodes, units in steady:
+        for x, y in itertools.pairwise(nodes):
+            link = link_between(links, x, y)
+            ends = {link.node_a.rsplit("/", 1)[-1]: link.port_a, link.node_b.rsplit("/", 1)[-1]: link.port_b}
+            links_of.append((f"{x}/p{ends[x]}", f"{y}/p{ends[y]}", units))
+    ports = sorted({p for a, b, _ in links_of for p in (a, b) if not p.startswith("host")})
+    tx = {p: [0.0] * len(times) for p in ports}
+    rx = {p: [0.0] * len(times) for p in ports}
+    for i, t in enumerate(times):
+        seconds = (t - (times[i - 1] if i else 0)) / S
+        for sending, receiving, units in links_of:
+            if sending in tx:
+                tx[sending][i] += units * UNIT * seconds
+            if receiving in rx:
+                rx[receiving][i] += units * UNIT * seconds
+    client.telemetry.ingest_columns(
+        "infer-late",
+        ports,
+        [i for i in range(len(ports)) for _ in times],
+        [t for _ in ports for t in times],
+        {"tx_bytes": [v for p in ports for v in tx[p]], "rx_bytes": [v for p in ports for v in rx[p]]},
+    )
+    observed, _ = observed_flows(
+        client,
+        "infer-late",
+        FABRIC,
+        [f for f, _, _ in steady],
+        [path(links, *n) for _, n, _ in steady],
+        times[0],
+        times[-1],
+        step_ns=S,
+    )
+    for item, (_, _, units) in zip(observed, steady, strict=True):
+        assert item.rate_gbps == pytest.approx(units * UNIT * 8 / 1e9, rel=1e-6)
+        wire = units * UNIT * (times[-1] - times[0]) / S
+        assert item.size_bytes == pytest.approx(payload_for_wire_bytes(round(wire)), rel=1e-6)

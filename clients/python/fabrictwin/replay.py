@@ -6,10 +6,11 @@ The twin earns trust by reproducing what the live fabric did before it explores 
    every switch port on the traced paths (`fabrictwin.path_trace`): every port's transmitted bytes
    are the sum of the flows leaving by it, its received bytes the sum of those arriving, so the
    flows' bytes solve a non-negative least-squares system over all those counters (`nnls`), over the
-   whole window for the sizes and interval by interval for the rates (the median rate of the
-   intervals in which the flow ran). Flows the counters cannot tell apart (they cross exactly the
-   same ports, or any combination the counters cannot separate) are named in `notes`; flows that
-   cross the same ports share their bytes by `weights` (equal by default). `split="weights"` skips
+   whole window for the sizes and step by step for the rates (each sample's bytes spread over the
+   interval since the sample before it; the median rate of the steps in which the flow ran). Flows
+   the counters cannot tell apart (they cross exactly the same ports, or any combination the
+   counters cannot separate) are named in `notes`; flows that cross the same ports share their
+   bytes by `weights` (equal by default). `split="weights"` skips
    the inference and shares each host's bytes among its flows by `weights`, as asked.
 2. `replay`: the flows run at FLOW fidelity (rate-capped flows are fluid) once pinned to their
    observed paths (label `AS_OBSERVED`), then unpinned under each mode asked for (SPRAY,
@@ -211,32 +212,36 @@ def _directions(
     return out
 
 
-def _series(
-    client: Client, source: str, metric: str, ports: Sequence[str], start_ns: int, end_ns: int, step_ns: int
-) -> dict[str, list[float]]:
-    """Per port with samples, its per-bucket sums of `metric` (NaN: no sample in the bucket); ports
-    the source does not have (a host's, unmirrored) are left out."""
+def _raw_samples(
+    client: Client, source: str, metric: str, ports: Sequence[str], start_ns: int, end_ns: int
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Per port with samples in [start_ns, end_ns), its raw samples (time, amount since the sample
+    before); ports the source does not have (a host's, unmirrored) are left out."""
     out = {}
-    buckets = -(-(end_ns - start_ns) // step_ns)
     # A name asked as itself must exist; as a glob matching only it, it may be absent.
     globs = [f"{port[:-1]}[{port[-1]}]" for port in ports]
     for series in client.telemetry.query_series(
-        source,
-        metric,
-        ports=globs,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        step_ns=step_ns,
-        aggregation="sum",
+        source, metric, ports=globs, start_ns=start_ns, end_ns=end_ns, step_ns=0
     ):
-        values = [math.nan] * buckets
-        for time, value in zip(series.time_ns, series.values, strict=True):
-            index = (time - start_ns) // step_ns
-            if 0 <= index < buckets and not math.isnan(value):
-                values[index] = value
-        if any(not math.isnan(v) for v in values):
-            out[series.port] = values
+        kept = [(t, v) for t, v in zip(series.time_ns, series.values, strict=True) if not math.isnan(v)]
+        if kept:
+            out[series.port] = ([t for t, _ in kept], [v for _, v in kept])
     return out
+
+
+def _binned(np: Any, times: Sequence[int], amounts: Sequence[float], edges: Any) -> Any:
+    """The amounts of one port's samples spread evenly over each sample's own interval (from the
+    sample before it to its own time) and summed into the bins between `edges`; NaN for a bin its
+    samples do not cover whole. The first sample only opens the first interval.
+
+    A sample is stamped when the counters were read, not when the poll was due: a poll a little
+    late carries more than one interval's bytes, and a bin must not count them as one interval's."""
+    t = np.asarray(times, dtype=float)
+    cumulative = np.concatenate(([0.0], np.cumsum(np.asarray(amounts[1:], dtype=float))))
+    at_edges = np.interp(edges, t, cumulative)
+    out = np.diff(at_edges)
+    covered = (edges[:-1] >= t[0]) & (edges[1:] <= t[-1])
+    return np.where(covered, out, np.nan)
 
 
 def observed_flows(
@@ -254,9 +259,10 @@ def observed_flows(
 ) -> tuple[list[ObservedFlow], list[str]]:
     """The flows with their sizes and rates from the mirrored counters (module docstring), and notes.
 
-    `step_ns` is the interval the rates are inferred over (the mirror's polling interval or a
-    multiple of it); `split` is "infer" (the default) or "weights" (each host's bytes shared among
-    its flows by `weights`, as asked, without looking at other ports)."""
+    `step_ns` is the interval the rates are inferred over (each sample's bytes spread over its own
+    interval, so any step works; the polling interval or a multiple of it is the natural one);
+    `split` is "infer" (the default) or "weights" (each host's bytes shared among its flows by
+    `weights`, as asked, without looking at other ports)."""
     if len(paths) != len(flows):
         raise InvalidArgumentError(f"paths: {len(paths)} paths for {len(flows)} flows")
     if end_ns <= start_ns:
@@ -279,11 +285,22 @@ def observed_flows(
         for sending, receiving in pairs:
             rows.setdefault(("tx_bytes", sending), set()).add(f)
             rows.setdefault(("rx_bytes", receiving), set()).add(f)
-    measured: dict[tuple[str, str], list[float]] = {}
+    # Raw samples from a little before the window: the first sample in it needs the time of the one
+    # before it to know the interval its bytes came in.
+    lookback = max(4 * step_ns, 60_000_000_000)
+    bins = (end_ns - start_ns) // step_ns
+    edges = np.array([start_ns + k * step_ns for k in range(bins + 1)], dtype=float)
+    measured: dict[tuple[str, str], Any] = {}
+    totals_by_key: dict[tuple[str, str], float] = {}
     for metric in ("tx_bytes", "rx_bytes"):
         ports = sorted({port for kind, port in rows if kind == metric})
-        for port, values in _series(client, source, metric, ports, start_ns, end_ns, step_ns).items():
-            measured[(metric, port)] = values
+        raw = _raw_samples(client, source, metric, ports, max(0, start_ns - lookback), end_ns)
+        for port, (times, amounts) in raw.items():
+            inside = [a for t, a in zip(times, amounts, strict=True) if t >= start_ns]
+            if not inside:
+                continue
+            totals_by_key[(metric, port)] = sum(inside)
+            measured[(metric, port)] = _binned(np, times, amounts, edges) if bins else np.zeros(0)
     keys = sorted(key for key in rows if key in measured)
     seen = [f for f in range(len(flows)) if any(f in rows[key] for key in keys)]
     unseen = sorted(set(range(len(flows))) - set(seen))
@@ -293,7 +310,7 @@ def observed_flows(
             "mirror its switches' ports"
         )
     matrix = np.array([[1.0 if f in rows[key] else 0.0 for f in range(len(flows))] for key in keys])
-    samples = np.array([measured[key] for key in keys])  # [rows, buckets]
+    samples = np.array([measured[key] for key in keys]).reshape(len(keys), bins)  # [rows, bins]
     notes: list[str] = []
     # Flows crossing exactly the same counted ports cannot be told apart: one unknown, shared by weight.
     columns: dict[bytes, list[int]] = {}
@@ -316,7 +333,7 @@ def observed_flows(
             f"the counters do not determine {names} separately (only their sums): a least-squares split"
         )
     complete = ~np.isnan(samples)
-    totals = np.where(complete, samples, 0.0).sum(axis=1)
+    totals = np.array([totals_by_key[key] for key in keys])
     sizes_by_group = nnls(merged, totals)
     rates_by_group: list[list[float]] = [[] for _ in groups]
     for t in range(samples.shape[1]):
