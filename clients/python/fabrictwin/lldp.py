@@ -19,6 +19,10 @@ and a `status` instead of `via`); else its file name, without directories, witho
 without an `lldp` word at its start or end (`lldp.leaf0.json`, `lldp-leaf0.json`,
 `leaf0.lldp.json`, `leaf0.json` and `leaf0` all name `leaf0`) unless the neighbours call the node by
 the name with that word (`lldp-relay.json` is `lldp-relay` when a neighbour sees `lldp-relay`).
+
+Sizes are checked before anything is parsed: one document at most MAX_DOCUMENT_BYTES (8 MiB; a
+64-port switch's `show neighbors` is a few hundred kB), all together at most MAX_TOTAL_BYTES
+(256 MiB), an archive at most MAX_ARCHIVE_BYTES (64 MiB) packed.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import os
 import re
 import subprocess
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +42,13 @@ from fabrictwin.errors import InvalidArgumentError
 
 __all__ = [
     "MAX_ARCHIVE_BYTES",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_TOTAL_BYTES",
     "Cabling",
     "LldpError",
     "LldpInput",
     "cable_name",
+    "check_sizes",
     "collect_documents",
     "documents_from_archive",
     "quote",
@@ -54,11 +61,16 @@ LldpInput = list[tuple[str, str]] | bytes
 
 
 def read_documents(path: str) -> LldpInput:
-    """The LLDP documents at `path`: a directory's `*.json` files as pairs, or a tar archive's bytes."""
+    """The LLDP documents at `path`: a directory's `*.json` files as pairs, or a tar archive's bytes.
+
+    Files over the size limits (module docstring) are refused by their size, before they are read.
+    """
     if os.path.isdir(path):
         names = sorted(name for name in os.listdir(path) if name.endswith(".json"))
         if not names:
             raise InvalidArgumentError(f"{path}: holds no *.json file (one per node, any name)")
+        sizes = [(os.path.join(path, name), os.path.getsize(os.path.join(path, name))) for name in names]
+        check_sizes(sizes, "bytes")
         pairs = []
         for name in names:
             try:
@@ -70,6 +82,11 @@ def read_documents(path: str) -> LldpInput:
                 ) from None
         return pairs
     if os.path.isfile(path) and tarfile.is_tarfile(path):
+        size = os.path.getsize(path)
+        if size > MAX_ARCHIVE_BYTES:
+            raise LldpError(
+                path, f"{size:,} bytes; an archive may have at most {MAX_ARCHIVE_BYTES:,} (64 MiB)"
+            )
         with open(path, "rb") as stream:
             return stream.read()
     if os.path.isfile(path):
@@ -117,8 +134,9 @@ class LldpError(InvalidArgumentError):
         super().__init__(f"{self.field}: {self.problem}")
 
 
-MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
-_MAX_EXTRACTED_BYTES = 256 * 1024 * 1024
+MAX_ARCHIVE_BYTES = 64 * 1024 * 1024  # an archive, packed
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # one node's document (a 64-port switch's is a few hundred kB)
+MAX_TOTAL_BYTES = 256 * 1024 * 1024  # all documents together (an archive, unpacked)
 _SWITCH_CAPABILITIES = frozenset({"router", "bridge"})
 _QUOTE = 200
 
@@ -152,10 +170,14 @@ def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple
     """The `*.json` members of a tar archive (plain or gzip/bz2/xz), as (name, text) pairs.
 
     Directories and members not ending in `.json` are skipped; an archive holding no `.json` file,
-    one that is not tar at all, or one that unpacks past 256 MiB is refused.
+    one that is not tar at all, or one past the size limits (a member over MAX_DOCUMENT_BYTES, all
+    of them over MAX_TOTAL_BYTES: judged by the sizes the archive declares, before unpacking) is
+    refused.
     """
     if len(archive) > MAX_ARCHIVE_BYTES:
-        raise LldpError(field, f"{len(archive)} bytes; at most {MAX_ARCHIVE_BYTES} are accepted")
+        raise LldpError(
+            field, f"{len(archive):,} bytes; an archive may have at most {MAX_ARCHIVE_BYTES:,} (64 MiB)"
+        )
     documents: list[tuple[str, str]] = []
     extracted = 0
     try:
@@ -163,9 +185,10 @@ def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple
             for member in tar:
                 if not member.isfile() or not member.name.endswith(".json"):
                     continue
+                _check_size(f"{field}: {quote(member.name)}", member.size, "bytes")
                 extracted += member.size
-                if extracted > _MAX_EXTRACTED_BYTES:
-                    raise LldpError(field, f"unpacks to more than {_MAX_EXTRACTED_BYTES} bytes")
+                if extracted > MAX_TOTAL_BYTES:
+                    raise LldpError(field, _over_total(extracted, "bytes", "unpacks to"))
                 stream = tar.extractfile(member)
                 data = stream.read() if stream is not None else b""
                 try:
@@ -179,6 +202,31 @@ def documents_from_archive(archive: bytes, field: str = "archive") -> list[tuple
     if not documents:
         raise LldpError(field, "holds no *.json file (one per node, any name)")
     return documents
+
+
+def _check_size(where: str, size: int, unit: str) -> None:
+    if size > MAX_DOCUMENT_BYTES:
+        raise LldpError(
+            where,
+            f"{size:,} {unit}; one node's document may have at most {MAX_DOCUMENT_BYTES:,} (8 MiB: a "
+            "64-port switch's `lldpcli -f json show neighbors` is a few hundred kB)",
+        )
+
+
+def _over_total(size: int, unit: str, verb: str = "are") -> str:
+    limit = f"{MAX_TOTAL_BYTES:,} (256 MiB)"
+    return f"{verb} {size:,} {unit} in all; the documents of one fabric may have at most {limit}"
+
+
+def check_sizes(sizes: Iterable[tuple[str, int]], unit: str = "characters") -> None:
+    """Refuse (LldpError naming the document) a document over MAX_DOCUMENT_BYTES, or all of them
+    over MAX_TOTAL_BYTES: `sizes` are (document name, size), known before anything is parsed."""
+    total = 0
+    for name, size in sizes:
+        _check_size(f"documents[{quote(name)}]", size, unit)
+        total += size
+    if total > MAX_TOTAL_BYTES:
+        raise LldpError("documents", _over_total(total, unit))
 
 
 _LLDP_WORD = re.compile(r"^lldp[._-](?=.)|(?<=.)[._-]lldp$", re.IGNORECASE)
@@ -553,6 +601,7 @@ def read_cabling(documents: Sequence[tuple[str, str]]) -> Cabling:
     """The nodes and cables of one LLDP document per node; LldpError names the first problem."""
     if not documents:
         raise LldpError("documents", "give one LLDP document per node")
+    check_sizes((str(name), len(text)) for name, text in documents)
     parsed = _Parsed()
     parsed.name_nodes([parsed.read(str(name), text) for name, text in documents])
     parsed.check_described()

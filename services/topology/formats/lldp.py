@@ -22,6 +22,9 @@ A document may also hold `lldpcli -f json show chassis` (key `local-chassis`) or
 or as the outputs one after the other (`lldpcli -f json show chassis; lldpcli -f json show neighbors`).
 
 Rules:
+- **sizes**: checked before anything is parsed: a document at most 8 MiB (a 64-port switch's `show
+  neighbors` is a few hundred kB), all of them at most 256 MiB (an archive: 64 MiB packed, judged
+  member by member by the sizes it declares); over either is refused naming the document.
 - **names**: a node is named by its own chassis (`show chassis` or `show interfaces`) when the
   document has it (`show neighbors` alone never names its node), else by the document's file name
   without directories, `.json` and an `lldp` word at its start or end (`lldp.leaf0.json`,
