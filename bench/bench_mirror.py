@@ -4,8 +4,11 @@
   (28 ports each) and 20 of its hosts, each a node_exporter netdev page (`bench/fake_exporters.py`,
   one local server process for all of them), scraped at once, parsed, and ingested into a real
   telemetry service (its own process, SQLite) bound to the fabric, which a real topology service
-  imported from the fabric's LLDP tables. The first poll (whose counters have nothing to be
-  compared with) is not timed; then the median of 5 polls, with its phases.
+  imported from the fabric's LLDP tables. The exporters answer in the protobuf exposition, as
+  node_exporter does when asked. The first poll (whose counters have nothing to be compared with)
+  is not timed; then the median of 5 polls, with its phases.
+- `mirror.poll.text`: the same with exporters that serve the text format only (prometheus_client's
+  parser instead of protobuf's).
 - `topology.import.lldp`: the LLDP neighbour tables of a 2,048-node leaf-spine (64 spines, 64
   leaves, 30 hosts each: 1,920 hosts, 6,016 links) turned into a fabric, median of 5.
 """
@@ -68,8 +71,8 @@ def _services(data_dir: str) -> Iterator[Client]:
 
 
 @contextlib.contextmanager
-def _exporters(docs: pathlib.Path) -> Iterator[str]:
-    command = [sys.executable, "-m", "bench.fake_exporters", str(docs)]
+def _exporters(docs: pathlib.Path, text_only: bool = False) -> Iterator[str]:
+    command = [sys.executable, "-m", "bench.fake_exporters", str(docs), *(["--text"] if text_only else [])]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         port = int(server.stdout.readline())  # type: ignore[union-attr]
@@ -81,6 +84,15 @@ def _exporters(docs: pathlib.Path) -> Iterator[str]:
 
 @benchmark("mirror.poll")
 def mirror_poll() -> dict:
+    return _mirror_poll(text_only=False)
+
+
+@benchmark("mirror.poll.text")
+def mirror_poll_text() -> dict:
+    return _mirror_poll(text_only=True)
+
+
+def _mirror_poll(text_only: bool) -> dict:
     fabric = fat_tree(28)
     documents = neighbour_documents(fabric)
     switches = [
@@ -95,7 +107,7 @@ def mirror_poll() -> dict:
         docs.mkdir()
         for name, text in documents:
             (docs / name).write_text(text)
-        with _services(str(pathlib.Path(tmp, "data"))) as client, _exporters(docs) as url:
+        with _services(str(pathlib.Path(tmp, "data"))) as client, _exporters(docs, text_only) as url:
             config = parse_mirror_config(
                 f'fabric = "ft28"\nsource = "ft28-live"\ninterval_s = 10\ntimeout_s = 10\n'
                 f'[lldp]\ndirectory = "{docs}"\ninterval_s = 3600\n'
@@ -112,6 +124,7 @@ def mirror_poll() -> dict:
                 mirror.close()
     median = sorted(reports, key=lambda r: r.seconds)[len(reports) // 2]
     return {
+        "format": "text" if text_only else "protobuf",
         "targets": len(targets),
         "seconds": round(median.seconds, 3),
         "seconds_min": round(min(r.seconds for r in reports), 3),

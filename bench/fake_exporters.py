@@ -1,9 +1,13 @@
-"""Many node_exporters in one process, for `mirror.poll`: `python -m bench.fake_exporters DOCS_DIR`.
+"""Many node_exporters in one process, for `mirror.poll`: `python -m bench.fake_exporters DOCS_DIR [--text]`.
 
 Serves `/NODE/metrics` for every `NODE.json` LLDP document in DOCS_DIR: the node_exporter netdev
 families (with HELP and TYPE lines, `lo` included, as the netdev collector prints them) for each of
-the node's interfaces, every counter a little higher at each scrape. Prints its port, then serves
-until killed. The lines are built once; a scrape only writes the counters in.
+the node's interfaces, every counter a little higher at each scrape. As node_exporter does, it
+answers in the protobuf exposition (delimited io.prometheus.client.MetricFamily messages, the same
+families and values) when the request's Accept asks for it, else in the text format; with `--text`
+it serves text only (an exporter that knows no protobuf). Prints its port, then serves until
+killed. The lines and messages are built once; a scrape only writes the counters in (in protobuf a
+counter is a fixed 8-byte double, so every message keeps its length).
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import http.server
 import json
 import pathlib
+import struct
 import sys
+
+from fabrictwin.prometheus.metrics_pb2 import GAUGE, MetricFamily
 
 FAMILIES = (
     "transmit_bytes",
@@ -49,12 +56,78 @@ def render(lines: list[tuple[str, int]], counters: tuple[int, int, int]) -> byte
     return ("\n".join(line if k < 0 else f"{line}{counters[k]}" for line, k in lines) + "\n").encode()
 
 
-def main(directory: str) -> None:
+PROTOBUF = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+# Values no counter takes: where they land in the serialized messages, a scrape writes its counters.
+_SENTINELS = (1.0000000000000002e-300, 2.0000000000000004e-300, 3.0000000000000006e-300)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def protobuf_template(interfaces: list[str]) -> list[bytes | int]:
+    """The same families as `template`, as delimited MetricFamily messages: byte strings, and k for
+    where counter k goes (8 bytes, a little-endian double)."""
+    devices = ["lo", *interfaces]
+    families = []
+    for family in FAMILIES:
+        message = MetricFamily(
+            name=f"node_network_{family}_total", help=f"Network device statistic {family}."
+        )
+        for i, d in enumerate(devices):
+            metric = message.metric.add(counter={"value": _SENTINELS[i % 3]})
+            metric.label.add(name="device", value=d)
+        families.append(message)
+    speed = MetricFamily(
+        name="node_network_speed_bytes", help="Network device property: speed_bytes", type=GAUGE
+    )
+    for d in interfaces:
+        speed.metric.add(gauge={"value": 5e10}).label.add(name="device", value=d)
+    info = MetricFamily(
+        name="node_network_info", help="Non-numeric data from /sys/class/net/<iface>", type=GAUGE
+    )
+    for d in interfaces:
+        metric = info.metric.add(gauge={"value": 1})
+        labels = {"address": "02:00:00:00:00:01", "broadcast": "ff:ff:ff:ff:ff:ff", "device": d,
+                  "duplex": "full", "ifalias": "", "operstate": "up"}  # fmt: skip
+        for key, value in labels.items():
+            metric.label.add(name=key, value=value)
+    stream = b"".join(_varint(m.ByteSize()) + m.SerializeToString() for m in [*families, speed, info])
+    spots = []  # (offset, k) of every counter
+    for k, sentinel in enumerate(_SENTINELS):
+        packed = struct.pack("<d", sentinel)
+        at = stream.find(packed)
+        while at >= 0:
+            spots.append((at, k))
+            at = stream.find(packed, at + 8)
+    parts: list[bytes | int] = []
+    start = 0
+    for at, k in sorted(spots):
+        parts += [stream[start:at], k]
+        start = at + 8
+    parts.append(stream[start:])
+    return parts
+
+
+def render_protobuf(parts: list[bytes | int], counters: tuple[int, int, int]) -> bytes:
+    values = [struct.pack("<d", value) for value in counters]
+    return b"".join(values[part] if isinstance(part, int) else part for part in parts)
+
+
+def main(directory: str, text_only: bool = False) -> None:
     texts = {}
+    messages = {}
     for path in sorted(pathlib.Path(directory).glob("*.json")):
         table = json.loads(path.read_text())["lldp"].get("interface", [])
         items = [next(iter(entry)) for entry in table] if isinstance(table, list) else list(table)
         texts[path.stem] = template(items)
+        if not text_only:
+            messages[path.stem] = protobuf_template(items)
     scrapes = {"count": 0}
 
     class Metrics(http.server.BaseHTTPRequestHandler):
@@ -68,9 +141,13 @@ def main(directory: str) -> None:
                 return
             scrapes["count"] += 1
             n = scrapes["count"]
-            body = render(text, (n * 1_000_000, n * 1_000, n))
+            counters = (n * 1_000_000, n * 1_000, n)
+            if node in messages and "application/vnd.google.protobuf" in self.headers.get("Accept", ""):
+                body, content_type = render_protobuf(messages[node], counters), PROTOBUF
+            else:
+                body, content_type = render(text, counters), "text/plain; version=0.0.4"
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -88,4 +165,4 @@ def main(directory: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], text_only="--text" in sys.argv[2:])

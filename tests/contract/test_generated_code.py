@@ -1,4 +1,5 @@
-"""The generated fabrictwin.v1 code must match the protos: `make proto` after every .proto change."""
+"""The generated fabrictwin.v1 (and fabrictwin.prometheus) code must match the protos: `make proto`
+after every .proto change."""
 
 import pathlib
 import shutil
@@ -8,17 +9,19 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "clients" / "python" / "fabrictwin" / "v1"
+PACKAGE = ROOT / "clients" / "python" / "fabrictwin"
+GENERATED = ("v1", "prometheus")  # the API; Prometheus's exposition schema (the mirror's protobuf scrapes)
 
 
-def test_generated_code_is_not_stale(tmp_path):
+@pytest.mark.parametrize("package", GENERATED)
+def test_generated_code_is_not_stale(tmp_path, package):
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(tmp_path)],
         check=True,
         capture_output=True,
     )
-    fresh = {p.name: p.read_bytes() for p in (tmp_path / "fabrictwin" / "v1").iterdir() if p.is_file()}
-    committed = {p.name: p.read_bytes() for p in GENERATED.iterdir() if p.is_file()}
+    fresh = {p.name: p.read_bytes() for p in (tmp_path / "fabrictwin" / package).iterdir() if p.is_file()}
+    committed = {p.name: p.read_bytes() for p in (PACKAGE / package).iterdir() if p.is_file()}
     assert sorted(fresh) == sorted(committed), "generated file set differs: run `make proto`"
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"stale generated code (run `make proto`): {stale}"

@@ -19,6 +19,7 @@ import time
 import pytest
 from fabrictwin import Client
 from fabrictwin.fabric_mirror import FabricMirror
+from fabrictwin.importers.prometheus import PROTOBUF_CONTENT_TYPE
 from fabrictwin.mirror_config import parse_mirror_config
 
 from services.telemetry.__main__ import build as build_telemetry
@@ -27,6 +28,7 @@ from services.topology.formats.lldp import neighbour_documents
 from services.topology.generators import leaf_spine
 
 from .conftest import BackgroundServer, config
+from .exposition import Family, as_protobuf
 
 GBPS = 10  # the exporters' node_network_speed_bytes
 
@@ -49,14 +51,52 @@ def client(services):
 
 
 class Exporters:
-    """node_exporter stand-ins at /NODE/metrics: netdev counters per device, set by the test."""
+    """node_exporter stand-ins at /NODE/metrics: netdev counters per device, set by the test.
+
+    They serve the text format, unless `protobuf` is set and the request asks for protobuf (then the
+    same counters as protobuf); /text/NODE/metrics is always text."""
 
     def __init__(self) -> None:
         self.devices: dict[str, dict[str, dict[str, float]]] = {}
         self.broken: dict[str, str] = {}  # node -> body to serve instead
         self.misbehave: dict[str, str] = {}  # node -> "garbage" (not HTTP) or "cut" (dies mid-body)
         self.hang: set[str] = set()
+        self.protobuf = False
+        self.served: list[str] = []  # the Content-Type of every answer
         self.url = ""
+
+    def families(self, node: str) -> list[Family]:
+        """What `text` says, as families (for the protobuf format)."""
+        devices = sorted(self.devices.get(node, {}).items())
+
+        def of(key: str) -> list[tuple[dict[str, str], float, None]]:
+            return [({"device": d}, values[key], None) for d, values in devices if key in values]
+
+        families: list[Family] = [
+            ("node_network_transmit_bytes_total", "counter", [*of("tx"), ({"device": "lo"}, 12345, None)]),
+            ("node_network_receive_bytes_total", "counter", of("rx")),
+            (
+                "node_network_speed_bytes",
+                "untyped",
+                [({"device": d}, GBPS * 1e9 / 8, None) for d, _ in devices],
+            ),
+            ("node_network_receive_errs_total", "untyped", of("errs")),
+            ("node_network_carrier_down_changes_total", "untyped", of("downs")),
+        ]
+        info = [
+            (
+                {
+                    "address": "",
+                    "broadcast": "",
+                    "device": d,
+                    "operstate": "up" if v.get("up", 1) else "down",
+                },
+                1,
+                None,
+            )
+            for d, v in devices
+        ]
+        return [family for family in [*families, ("node_network_info", "untyped", info)] if family[2]]
 
     def text(self, node: str) -> str:
         lines = [
@@ -84,7 +124,9 @@ def exporters():
 
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            node = self.path.strip("/").split("/")[0]
+            parts = self.path.strip("/").split("/")
+            text_only = parts[0] == "text"
+            node = parts[1] if text_only else parts[0]
             if node in state.hang:
                 time.sleep(3)
             if state.misbehave.get(node) == "garbage":
@@ -97,11 +139,17 @@ def exporters():
                 self.wfile.write(b"1000\r\n" + state.text(node).encode()[:100])
                 self.close_connection = True
                 return
-            body = state.broken.get(node) or state.text(node)
+            asks = "application/vnd.google.protobuf" in self.headers.get("Accept", "")
+            if state.protobuf and asks and not text_only and node not in state.broken:
+                body, content_type = as_protobuf(state.families(node)), PROTOBUF_CONTENT_TYPE
+            else:
+                body = (state.broken.get(node) or state.text(node)).encode()
+                content_type = "text/plain; version=0.0.4"
+            state.served.append(content_type)
             self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Type", content_type)
             self.end_headers()
-            self.wfile.write(body.encode())
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -276,6 +324,45 @@ def test_a_command_target_printing_without_end_is_stopped_at_max_scrape_bytes(cl
         assert report.scraped == 3 and report.stored == 8  # leaf-0's four ports, the spines' two each
     finally:
         mirror.close()
+
+
+def test_the_same_counters_served_as_protobuf_and_as_text_are_stored_the_same(client, exporters, tmp_path):
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    for node, device in (("leaf-0", "swp3"), ("spine-1", "swp2")):
+        exporters.devices[node][device] |= {"errs": 0, "downs": 0}
+    exporters.protobuf = True
+    protobuf = mirror_config(exporters, tmp_path / "lldp")
+    text = protobuf.replace('"ls-live"', '"ls-text"').replace("/{node}/metrics", "/text/{node}/metrics")
+    mirrors = [FabricMirror(client, parse_mirror_config(config)) for config in (protobuf, text)]
+    try:
+        for mirror in mirrors:
+            mirror.start()
+        for step in range(4):
+            for devices in exporters.devices.values():
+                for n, values in enumerate(devices.values()):
+                    values["tx"] += step * 1_000_003 * (n + 1)
+                    values["rx"] += 2**40 + step
+                    if "errs" in values:
+                        values["errs"] += step
+                        values["downs"] += step % 2
+            exporters.devices["leaf-0"]["swp4"]["up"] = int(step != 2)
+            exporters.served.clear()
+            by_protobuf, by_text = (mirror.poll() for mirror in mirrors)
+            assert exporters.served == [PROTOBUF_CONTENT_TYPE] * 4 + ["text/plain; version=0.0.4"] * 4
+            assert by_protobuf.failed == by_text.failed == {}
+            assert (by_protobuf.ports, by_protobuf.stored) == (by_text.ports, by_text.stored) == (12, 12)
+            if step == 2:  # the first mirror to see the port down sets the link; the other finds it so
+                assert [c.link for c in by_protobuf.link_changes] == ["spine-1/p1<->leaf-0/p4"]
+        for metric in ("tx_bytes", "rx_bytes", "rcv_errors", "link_downed"):
+            stored = [
+                {s.port: list(s.values) for s in client.telemetry.query_series(source, metric)}
+                for source in ("ls-live", "ls-text")
+            ]
+            assert stored[0] == stored[1] and stored[0], metric
+    finally:
+        for mirror in mirrors:
+            mirror.close()
 
 
 def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, mirror, config_text, tmp_path):

@@ -5,7 +5,8 @@
 1. `start()`: the fabric exists (else it is imported from the LLDP tables, with the port speeds
    the first scrape reports) and so does the LIVE telemetry source bound to it.
 2. `poll()`, every `interval_s`: every target is scraped at once (`fabrictwin.scrape`); each
-   scrape is parsed (`fabrictwin.importers.prometheus`), its interfaces named as the fabric's
+   scrape is parsed (`fabrictwin.importers.prometheus`: the protobuf exposition where the exporter
+   serves it, else the text), its interfaces named as the fabric's
    ports (`leaf0`'s `swp3` is `leaf0/p3` when the fabric's link says so); the poll's readings go
    in as one IngestSamples call; a port whose operational state went down (or up again) sets its
    link DOWN (UP) with SetLinkState, so WatchFabric subscribers and later simulations see it.
@@ -108,13 +109,14 @@ _PARALLEL_FROM = 64  # scrapes per poll from which parsing is spread over worker
 
 
 def _parse_scrape(
-    item: tuple[str, int, TargetConfig, dict[str, str] | None],
+    item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None],
 ) -> list[PortReading] | str:
-    """One scrape's readings, or the parse error (a FormatError names the line)."""
-    text, time_ns, target, names = item
+    """One scrape's readings, or the parse error (a FormatError names the line or message)."""
+    body, content_type, time_ns, target, names = item
     try:
-        readings = prometheus.parse(
-            text,
+        readings = prometheus.parse_scrape(
+            body,
+            content_type,
             time_ns,
             where=f"{target.node} ({target.where[:200]})",
             node=target.node,
@@ -252,8 +254,8 @@ class FabricMirror:
             if result.error:
                 continue
             try:
-                readings = prometheus.parse(
-                    result.text, result.time_ns, where=target.node, node=target.node,
+                readings = prometheus.parse_scrape(
+                    result.body, result.content_type, result.time_ns, where=target.node, node=target.node,
                     device_port_name="{node}/{device}",
                 )  # fmt: skip
             except FormatError:
@@ -353,7 +355,7 @@ class FabricMirror:
         """Each scrape's readings, or why it cannot be parsed; spread over worker processes when many."""
         assert self._ports is not None
         work = [
-            (result.text, result.time_ns, result.target, None if result.target.port_name
+            (result.body, result.content_type, result.time_ns, result.target, None if result.target.port_name
              else self._ports.interfaces_of(result.target.node))
             for result in scraped
         ]  # fmt: skip

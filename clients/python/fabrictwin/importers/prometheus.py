@@ -1,11 +1,15 @@
-"""Port counters from the Prometheus text exposition: node_exporter (InfiniBand, Ethernet) and snmp_exporter.
+"""Port counters from the Prometheus exposition: node_exporter (InfiniBand, Ethernet) and snmp_exporter.
 
-The text is parsed by prometheus_client's parser (`text_string_to_metric_families`); families
-not listed below are ignored. Every mapped counter is cumulative and sent as the exporter reports
-it, with kind `cumulative_64` (64-bit, a drop is a reset) unless said otherwise; the telemetry
-service turns readings into per-interval amounts. Values are exact integers as written; a value
-written as a float (`3.6e+13`) is exact up to 2^53 (8 PiB of traffic). The whole text is parsed:
-a malformed line, in any family, is a FormatError naming its line.
+Both formats an exporter serves are read, with the same result: the text format (`parse`, with
+prometheus_client's parser, `text_string_to_metric_families`) and the protobuf format (`parse_protobuf`:
+varint-delimited `io.prometheus.client.MetricFamily` messages, what node_exporter and the client
+libraries answer to `Accept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;
+encoding=delimited`, read by protobuf's compiled runtime); `parse_scrape` picks by the Content-Type.
+Families not listed below are ignored (in protobuf, without being decoded). Every mapped counter
+is cumulative and sent as the exporter reports it, with kind `cumulative_64` (64-bit, a drop is a
+reset) unless said otherwise; the telemetry service turns readings into per-interval amounts. Values
+are exact integers as written; a value written as a float (`3.6e+13`) is exact up to 2^53 (8 PiB of
+traffic). The whole text is parsed: a malformed line, in any family, is a FormatError naming its line.
 
 node_exporter, infiniband collector (labels `device` and `port`; data counters already in bytes):
 
@@ -90,6 +94,12 @@ Port names: InfiniBand ports by `port_name`, a template over {node}, {device} an
 given, maps the name a port gets by default without a node (`swp3`, `mlx5_0/p1`) to its name in the
 twin (`leaf0/p3`), and ports it does not map are skipped. A sample's optional timestamp (ms since the
 epoch) is its time; samples without one take the `time_ns` given to `parse` (the scrape time).
+
+Protobuf: a family's type says which value its metrics carry (counter, gauge, untyped; summaries and
+histograms hold nothing mapped and are skipped), and values are doubles as the exporter holds them
+(text written as an integer is exact beyond 2^53; node_exporter's values are doubles either way).
+A stream that does not decode, or a mapped metric without its value, is a FormatError naming the
+message (`where: message 3 at byte 1234: ...`) or the family and labels of the metric.
 """
 
 from __future__ import annotations
@@ -97,8 +107,8 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import FormatError, PortReading
@@ -115,16 +125,57 @@ from fabrictwin.importers.prometheus_families import (
     rules,
 )
 
-if TYPE_CHECKING:  # prometheus_client itself is imported on first use (_text_parser)
+if TYPE_CHECKING:  # prometheus_client and the protobuf schema are imported on first use
     from prometheus_client.metrics_core import Metric
-    from prometheus_client.samples import Sample
 
-__all__ = ["KIND", "LEGACY_METRICS", "METRICS", "QUOTE_LIMIT", "RATE_METRIC", "parse"]
+    from fabrictwin.prometheus.metrics_pb2 import MetricFamily
+
+__all__ = [
+    "KIND",
+    "LEGACY_METRICS",
+    "METRICS",
+    "PROTOBUF_CONTENT_TYPE",
+    "QUOTE_LIMIT",
+    "RATE_METRIC",
+    "is_protobuf",
+    "parse",
+    "parse_protobuf",
+    "parse_scrape",
+]
+
+# What a protobuf scrape's Content-Type says (its parameters in any order and spacing).
+PROTOBUF_CONTENT_TYPE = (
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+)
+_PROTOBUF_MEDIA_TYPE = "application/vnd.google.protobuf"
+_PROTOBUF_PARAMETERS = {"proto": "io.prometheus.client.MetricFamily", "encoding": "delimited"}
 
 QUOTE_LIMIT = 200  # characters of the input an error message quotes at most
 _LIBRARY_ERRORS = (ValueError, IndexError, TypeError)  # what prometheus_client raises on bad text
 
 Number = int | float
+
+
+class Sample(Protocol):
+    """What is read of a sample: prometheus_client's Sample (text) or a `_Sample` (protobuf)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def timestamp(self) -> Any: ...  # seconds since the epoch (a float, or OpenMetrics' Timestamp)
+
+
+class _Sample(NamedTuple):
+    """A metric of a protobuf family, as a sample: its family's name, labels, value and time (s)."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    timestamp: float | None
 
 
 @functools.cache
@@ -300,58 +351,242 @@ def parse(
     >>> reading.port, reading.values, reading.rate_bps, reading.oper_up
     ('leaf0/p3', {'rx_bytes': (1500000000, 'cumulative_64')}, 400000000000.0, False)
     """
-    if not isinstance(pfc_priority, int) or not 0 <= pfc_priority <= 7:
-        raise InvalidArgumentError(f"pfc_priority: a PFC priority is 0..7, got {pfc_priority!r}")
-    table = rules(pfc_priority)
+    table = _rules(pfc_priority)
     families = _families(text, where)
     try:
-        return _readings(families, table, time_ns, _Names(node, port_name, device_port_name, port_names))
+        return _readings(
+            _mapped(families, table), time_ns, _Names(node, port_name, device_port_name, port_names)
+        )
     except _SampleError as exc:
         number, line = _line_of(text, exc.sample)
         at = f"{where}:{number}" if number else where
         raise FormatError(f"{at}: {exc.problem}" + (f": {_quote(line)}" if line else "")) from None
 
 
-def _readings(
-    families: Iterable[Metric], table: Mapping[str, Rule], time_ns: int, names: _Names
+def _rules(pfc_priority: int) -> dict[str, Rule]:
+    if not isinstance(pfc_priority, int) or not 0 <= pfc_priority <= 7:
+        raise InvalidArgumentError(f"pfc_priority: a PFC priority is 0..7, got {pfc_priority!r}")
+    return rules(pfc_priority)
+
+
+def _mapped(families: Iterable[Metric], table: Mapping[str, Rule]) -> Iterator[tuple[Rule, Sample]]:
+    """The text's samples that a rule maps, with their rule."""
+    for family in families:
+        for sample in family.samples:
+            name = sample.name
+            rule = table.get(name[:-6] if name.endswith("_total") else name)
+            if rule is not None:
+                yield rule, sample
+
+
+def is_protobuf(content_type: str, where: str = "<metrics>") -> bool:
+    """Whether a scrape's Content-Type is the delimited protobuf exposition (else it is read as text).
+
+    A protobuf Content-Type of another message or encoding is a FormatError: it is no text either.
+
+    >>> is_protobuf("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+    ...             "encoding=delimited"), is_protobuf("text/plain; version=0.0.4; charset=utf-8")
+    (True, False)
+    """
+    media_type, *parameters = content_type.split(";")
+    if media_type.strip().lower() != _PROTOBUF_MEDIA_TYPE:
+        return False
+    found = {}
+    for parameter in parameters:
+        key, _, value = parameter.partition("=")
+        found[key.strip().lower()] = value.strip().strip('"')
+    if any(found.get(key) != value for key, value in _PROTOBUF_PARAMETERS.items()):
+        raise FormatError(f"{where}: Content-Type {_quote(content_type)} is not {PROTOBUF_CONTENT_TYPE}")
+    return True
+
+
+def parse_scrape(
+    body: bytes,
+    content_type: str,
+    time_ns: int,
+    *,
+    where: str = "<metrics>",
+    node: str = "",
+    port_name: str = "",
+    device_port_name: str = "",
+    port_names: Mapping[str, str] | None = None,
+    pfc_priority: int = 3,
 ) -> list[PortReading]:
+    """Port readings of a scrape as served: the protobuf format if `content_type` says so, else text
+    (UTF-8, invalid bytes replaced). The options are `parse`'s."""
+    options: dict[str, Any] = {"where": where, "node": node, "port_name": port_name,
+                               "device_port_name": device_port_name, "port_names": port_names,
+                               "pfc_priority": pfc_priority}  # fmt: skip
+    if is_protobuf(content_type, where):
+        return parse_protobuf(body, time_ns, **options)
+    return parse(body.decode("utf-8", errors="replace"), time_ns, **options)
+
+
+@functools.cache
+def _metric_family() -> type[MetricFamily]:
+    # Imported on first use, as prometheus_client is: most commands never read a scrape.
+    from fabrictwin.prometheus.metrics_pb2 import MetricFamily
+
+    return MetricFamily
+
+
+_VALUE_FIELD = {0: "counter", 1: "gauge", 3: "untyped"}  # MetricType -> the Metric field with the value
+_NAME_TAG = 0x0A  # MetricFamily.name: field 1, length-delimited
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at `at` and the position after it; ValueError if it is cut short or too long."""
+    value = shift = 0
+    while True:
+        if at >= len(data):
+            raise ValueError("cut short")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift >= 64:
+            raise ValueError("longer than 10 bytes")
+
+
+def _leading_name(data: bytes, start: int, end: int) -> bytes | None:
+    """The family name of the message in data[start:end] when it is the message's first field (as
+    every exporter writes it), so that an unmapped family is skipped undecoded; else None."""
+    if start >= end or data[start] != _NAME_TAG:
+        return None
+    try:
+        length, at = _varint(data, start + 1)
+    except ValueError:
+        return None
+    return data[at : at + length] if at + length <= end else None
+
+
+def _protobuf_families(data: bytes, table: Mapping[str, Rule], where: str) -> Iterator[MetricFamily]:
+    """The delimited stream's families that a rule may map (the others are not decoded)."""
+    message_type = _metric_family()
+    from google.protobuf.message import DecodeError
+
+    view = memoryview(data)
+    at, number = 0, 0
+    while at < len(data):
+        start, number = at, number + 1
+        try:
+            length, at = _varint(data, at)
+        except ValueError as exc:
+            raise FormatError(f"{where}: message {number} at byte {start}: its length is {exc}") from None
+        end = at + length
+        if end > len(data):
+            raise FormatError(
+                f"{where}: message {number} at byte {start}: {length} bytes long, {len(data) - at} left"
+            )
+        name = _leading_name(data, at, end)
+        if name is not None:
+            text = name.decode("utf-8", errors="replace")
+            if table.get(text[:-6] if text.endswith("_total") else text) is None:
+                at = end
+                continue
+        family = message_type()
+        try:
+            family.ParseFromString(view[at:end])  # type: ignore[arg-type]  # upb reads any buffer
+        except DecodeError as exc:
+            raise FormatError(
+                f"{where}: message {number} at byte {start}: not a MetricFamily: {exc}"
+            ) from None
+        at = end
+        yield family
+
+
+def _protobuf_samples(
+    families: Iterable[MetricFamily], table: Mapping[str, Rule]
+) -> Iterator[tuple[Rule, Sample]]:
+    for family in families:
+        name = family.name
+        rule = table.get(name[:-6] if name.endswith("_total") else name)
+        field = _VALUE_FIELD.get(family.type)
+        if rule is None or field is None:
+            continue  # not mapped; or a summary or histogram (their samples are no rule's)
+        for metric in family.metric:
+            labels = {pair.name: pair.value for pair in metric.label}
+            if not metric.HasField(field):  # type: ignore[arg-type]
+                raise _SampleError(
+                    _Sample(name, labels, math.nan, None), f"a {field} metric without its value"
+                )
+            value = getattr(metric, field).value
+            stamp = metric.timestamp_ms / 1000 if metric.HasField("timestamp_ms") else None
+            yield rule, _Sample(name, labels, value, stamp)
+
+
+def _described(sample: Sample) -> str:
+    """A protobuf metric as the text format would write it (for error messages)."""
+    labels = ",".join(f'{key}="{value}"' for key, value in sample.labels.items())
+    return f"{sample.name}{{{labels}}}" if labels else sample.name
+
+
+def parse_protobuf(
+    data: bytes,
+    time_ns: int,
+    *,
+    where: str = "<metrics>",
+    node: str = "",
+    port_name: str = "",
+    device_port_name: str = "",
+    port_names: Mapping[str, str] | None = None,
+    pfc_priority: int = 3,
+) -> list[PortReading]:
+    """Port readings of a scrape in the delimited protobuf format; the same as `parse` of the same
+    scrape in the text format (naming, families and options: see the module's documentation).
+
+    >>> from fabrictwin.prometheus.metrics_pb2 import MetricFamily
+    >>> family = MetricFamily(name="node_network_receive_bytes_total", type=0)
+    >>> metric = family.metric.add(counter={"value": 1.5e9})
+    >>> _ = metric.label.add(name="device", value="swp3")
+    >>> body = family.SerializeToString()
+    >>> reading, = parse_protobuf(bytes([len(body)]) + body, 5, port_names={"swp3": "leaf0/p3"})
+    >>> reading.port, reading.values
+    ('leaf0/p3', {'rx_bytes': (1500000000, 'cumulative_64')})
+    """
+    table = _rules(pfc_priority)
+    names = _Names(node, port_name, device_port_name, port_names)
+    try:
+        return _readings(_protobuf_samples(_protobuf_families(data, table, where), table), time_ns, names)
+    except _SampleError as exc:
+        raise FormatError(f"{where}: {exc.problem}: {_quote(_described(exc.sample))}") from None
+
+
+def _readings(samples: Iterable[tuple[Rule, Sample]], time_ns: int, names: _Names) -> list[PortReading]:
     # (port, time) -> metric -> (precedence, value, kind); a later sample of equal precedence wins
     # (a series repeated in one text is a later reading of the same counter).
     counters: dict[tuple[str, int], dict[str, tuple[int, Number, str]]] = {}
     rates: dict[str, float] = {}
     states: dict[str, tuple[int, int, bool | None]] = {}  # port -> (precedence, time, up)
-    for family in families:
-        for sample in family.samples:
-            name = sample.name
-            rule = table.get(name[:-6] if name.endswith("_total") else name)
-            if rule is None:
-                continue
-            port = names.port(rule, sample)
-            if port is None:
-                continue  # not in port_names
-            # The text format's timestamps are floats (OpenMetrics' Timestamp objects convert to one).
-            stamp = sample.timestamp
-            time = time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
-            value = sample.value
-            if rule.role == "counter":
-                reading = _counter(value, sample)
-                if rule.scale != 1:
-                    reading *= rule.scale
-                metrics = counters.setdefault((port, time), {})
-                held = metrics.get(rule.metric)
-                if held is None or held[0] <= rule.precedence:
-                    metrics[rule.metric] = (rule.precedence, reading, rule.kind)
-            elif rule.role == "rate":
-                if rule.family == "infiniband":  # as before: a bad rate is refused
-                    rates[port] = float(_counter(value, sample)) * rule.scale
-                elif math.isfinite(value) and value > 0:  # netdev: negative is unknown; if_mib: 0 is
-                    rates[port] = float(value) * rule.scale
-            else:
-                state = _state(rule, sample)
-                if state is not _NO_STATE:
-                    held_state = states.get(port)
-                    if held_state is None or held_state[0] <= rule.precedence:
-                        states[port] = (rule.precedence, time, state)
+    for rule, sample in samples:
+        port = names.port(rule, sample)
+        if port is None:
+            continue  # not in port_names
+        # The text format's timestamps are floats (OpenMetrics' Timestamp objects convert to one).
+        stamp = sample.timestamp
+        time = time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
+        value = sample.value
+        if rule.role == "counter":
+            reading = _counter(value, sample)
+            if rule.scale != 1:
+                reading *= rule.scale
+            metrics = counters.setdefault((port, time), {})
+            held = metrics.get(rule.metric)
+            if held is None or held[0] <= rule.precedence:
+                metrics[rule.metric] = (rule.precedence, reading, rule.kind)
+        elif rule.role == "rate":
+            if rule.family == "infiniband":  # as before: a bad rate is refused
+                rates[port] = float(_counter(value, sample)) * rule.scale
+            elif math.isfinite(value) and value > 0:  # netdev: negative is unknown; if_mib: 0 is
+                rates[port] = float(value) * rule.scale
+        else:
+            state = _state(rule, sample)
+            if state is not _NO_STATE:
+                held_state = states.get(port)
+                if held_state is None or held_state[0] <= rule.precedence:
+                    states[port] = (rule.precedence, time, state)
     readings = [
         PortReading(
             port,

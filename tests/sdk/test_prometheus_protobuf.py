@@ -1,0 +1,195 @@
+"""The protobuf exposition (varint-delimited io.prometheus.client.MetricFamily messages, what
+node_exporter and the client libraries serve when asked) reads exactly as the same scrape in the text
+format, and what does not decode is a FormatError naming where.
+
+Both formats are written here from one description of the families, as an exporter writes both from
+its one set of metrics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from fabrictwin.importers import FormatError, prometheus
+from fabrictwin.prometheus.metrics_pb2 import MetricFamily
+
+from .exposition import Family, Labels, as_protobuf, as_text, varint
+
+
+def dev(device: str, **more: str) -> Labels:
+    return {"device": device, **more}
+
+
+# Every kind of family the importer maps, as node_exporter and snmp_exporter name and type them.
+SCRAPE: list[Family] = [
+    ("node_network_receive_bytes_total", "counter", [(dev("swp1"), 1.5e9, None), (dev("swp2"), 2**53, None)]),
+    ("node_network_transmit_bytes_total", "counter", [(dev("swp1"), 42, None), (dev("lo"), 12345, None)]),
+    ("node_network_receive_drop_total", "counter", [(dev("swp1"), 3, None)]),
+    ("node_network_receive_errs_total", "counter", [(dev("swp1"), 7, None)]),
+    ("node_network_carrier_down_changes_total", "counter", [(dev("swp2"), 1, None)]),
+    ("node_network_transmit_errs_total", "counter", [(dev("swp1"), 99, None)]),  # not mapped
+    ("node_network_speed_bytes", "gauge", [(dev("swp1"), 5e10, None), (dev("swp2"), -125000, None)]),
+    ("node_network_up", "gauge", [(dev("swp1"), 1, None), (dev("swp2"), 0, None), (dev("lo"), 0, None)]),
+    (
+        "node_network_info",
+        "gauge",
+        [
+            (
+                dev("swp1", address="02:00:00:00:00:01", ifalias='to "spine" \\ 0\nup', operstate="up"),
+                1,
+                None,
+            ),
+            (dev("swp2", address="02:00:00:00:00:02", ifalias="", operstate="lowerlayerdown"), 1, None),
+        ],
+    ),
+    # ethtool: untyped, node_exporter's names and the raw ones; microseconds of pause
+    ("node_ethtool_received_prio3_pause", "untyped", [(dev("swp1"), 11, None)]),
+    ("node_ethtool_rx_prio3_pause_duration", "untyped", [(dev("swp1"), 2.5, None)]),
+    ("node_ethtool_rx_discards_phy", "untyped", [(dev("swp1"), 4, None)]),  # wins over receive_drop
+    ("node_ethtool_np_cnp_sent_total", "counter", [(dev("swp1"), 8, None)]),
+    # InfiniBand, with timestamps: two readings of one series
+    (
+        "node_infiniband_port_data_transmitted_bytes_total",
+        "counter",
+        [
+            ({"device": "mlx5_0", "port": "1"}, 1000, 1_700_000_000_123),
+            ({"device": "mlx5_0", "port": "1"}, 3000, 1_700_000_010_456),
+        ],
+    ),
+    ("node_infiniband_rate_bytes_per_second", "untyped", [({"device": "mlx5_0", "port": "1"}, 5e10, None)]),
+    # snmp_exporter if_mib: counters typed without _total, the state as a number and as a state set
+    ("ifHCInOctets", "counter", [({"ifName": "Ethernet1", "ifIndex": "1"}, 77, None)]),
+    ("ifInErrors", "counter", [({"ifDescr": "Ethernet2", "ifIndex": "2"}, 5, None)]),
+    ("ifHighSpeed", "gauge", [({"ifName": "Ethernet1"}, 100000, None)]),
+    ("ifOperStatus", "gauge", [({"ifName": "Ethernet1"}, 1, None), ({"ifDescr": "Ethernet2"}, 7, None)]),
+    # Families nothing maps: skipped either way
+    ("process_cpu_seconds_total", "counter", [({}, 1.25, None)]),
+    ("go_gc_duration_seconds", "summary", [({"quantile": "0.5"}, 0.001, None)]),
+    ("http_request_duration_seconds", "histogram", [({"le": "1"}, 3, None)]),
+]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"node": "leaf0"},
+        {
+            "port_names": {
+                "swp1": "leaf0/p1",
+                "swp2": "leaf0/p2",
+                "mlx5_0/p1": "leaf0/p9",
+                "Ethernet1": "leaf0/p5",
+            }
+        },
+        {"node": "gpu1", "port_name": "{node}/{device}.{port}", "device_port_name": "{node}:{device}"},
+        {"pfc_priority": 4},
+    ],
+    ids=["plain", "node", "port-names", "templates", "pfc4"],
+)
+def test_the_same_scrape_as_text_and_as_protobuf_gives_the_same_readings(options):
+    from_text = prometheus.parse(as_text(SCRAPE), 5_000, **options)
+    from_protobuf = prometheus.parse_protobuf(as_protobuf(SCRAPE), 5_000, **options)
+    assert from_protobuf == from_text
+    assert len(from_text) >= 3  # and it says something
+
+
+def test_the_readings_are_those_of_the_text_format():
+    readings = {r.port: r for r in prometheus.parse_protobuf(as_protobuf(SCRAPE), 5_000)}
+    swp1, swp2 = readings["swp1"], readings["swp2"]
+    assert swp1.values["rx_bytes"] == (1_500_000_000, "cumulative_64") and swp1.values["drops"][0] == 4
+    assert swp1.values["pause_duration_ns"][0] == 2500 and (swp1.rate_bps, swp1.oper_up) == (4e11, True)
+    assert swp2.values["rx_bytes"][0] == 2**53 and (swp2.rate_bps, swp2.oper_up) == (0.0, False)
+    ib = [r for r in readings.values() if r.port == "mlx5_0/p1"]
+    assert [r.values["tx_bytes"][0] for r in ib] == [3000]  # by port: the later of the two readings
+    assert {r.time_ns for r in prometheus.parse_protobuf(as_protobuf(SCRAPE), 5_000)} == {
+        5_000,
+        1_700_000_000_123_000_000,
+        1_700_000_010_456_000_000,
+    }
+    assert readings["Ethernet1"].values["rx_bytes"][0] == 77 and readings["Ethernet2"].oper_up is False
+
+
+@pytest.mark.parametrize(
+    "value", [0, 1, 2**53, 2**64 - 1, 3.6e13, 1e300, 0.5, -1.0, math.inf, math.nan], ids=repr
+)
+def test_any_counter_value_reads_the_same_or_is_refused_the_same(value):
+    family: list[Family] = [
+        ("node_network_receive_bytes_total", "counter", [(dev("swp1"), float(value), None)])
+    ]
+    outcomes = []
+    for parse, data in (
+        (prometheus.parse, as_text(family)),
+        (prometheus.parse_protobuf, as_protobuf(family)),
+    ):
+        try:
+            outcomes.append(parse(data, 1))  # type: ignore[operator]
+        except FormatError as exc:
+            outcomes.append(exc.details.split(": ", 1)[1].split(":")[0])  # the problem, without where
+    assert outcomes[0] == outcomes[1]
+
+
+def test_scrape_is_read_by_its_content_type():
+    text, data = as_text(SCRAPE), as_protobuf(SCRAPE)
+    expected = prometheus.parse(text, 1)
+    assert prometheus.parse_scrape(data, prometheus.PROTOBUF_CONTENT_TYPE, 1) == expected
+    spaced = "application/vnd.google.protobuf;encoding=delimited;proto=io.prometheus.client.MetricFamily"
+    assert prometheus.parse_scrape(data, spaced, 1) == expected
+    for content_type in ("text/plain; version=0.0.4; charset=utf-8", "", "text/html"):
+        assert prometheus.parse_scrape(text.encode(), content_type, 1) == expected
+    with pytest.raises(FormatError) as caught:
+        prometheus.parse_scrape(
+            data, "application/vnd.google.protobuf; proto=other.Message; encoding=delimited", 1
+        )
+    assert "is not application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily" in str(
+        caught.value
+    )
+
+
+def test_a_stream_that_does_not_decode_is_a_format_error_naming_the_message():
+    data = as_protobuf(SCRAPE[:2])
+    first = len(as_protobuf(SCRAPE[:1]))  # where the second message starts
+    cases = {
+        data[:-3]: f"leaf0: message 2 at byte {first}: ",  # cut short
+        data + b"\xff\xff": f"leaf0: message 3 at byte {len(data)}: its length is cut short",
+        data + b"\xff" * 11: f"leaf0: message 3 at byte {len(data)}: its length is longer than 10 bytes",
+        b"\x12\x0a\x0fnode_network_up\xff": "leaf0: message 1 at byte 0: not a MetricFamily",  # bad tag
+        b"\x04\x12\x05abc": "leaf0: message 1 at byte 0: not a MetricFamily",  # help longer than the message
+    }
+    for stream, expected in cases.items():
+        with pytest.raises(FormatError) as caught:
+            prometheus.parse_protobuf(stream, 1, where="leaf0")
+        assert caught.value.details.startswith(expected), (stream, caught.value.details)
+
+
+def test_a_mapped_metric_without_its_value_or_with_a_bad_one_is_refused_naming_it():
+    family = MetricFamily(name="node_network_receive_bytes_total", type=0)
+    family.metric.add().label.add(name="device", value="swp1")  # no counter field at all
+    body = family.SerializeToString()
+    with pytest.raises(FormatError) as caught:
+        prometheus.parse_protobuf(varint(len(body)) + body, 1, where="leaf0")
+    assert caught.value.details == (
+        "leaf0: a counter metric without its value: 'node_network_receive_bytes_total{device=\"swp1\"}'"
+    )
+    negative: list[Family] = [("node_network_receive_bytes_total", "counter", [(dev("swp1"), -5.0, None)])]
+    with pytest.raises(FormatError) as caught:
+        prometheus.parse_protobuf(as_protobuf(negative), 1, where="leaf0")
+    assert caught.value.details == (
+        "leaf0: counter value -5.0 is not a finite number >= 0: "
+        "'node_network_receive_bytes_total{device=\"swp1\"}'"
+    )
+    nameless: list[Family] = [("node_network_receive_bytes_total", "counter", [({}, 5, None)])]
+    with pytest.raises(FormatError, match="needs the label device"):
+        prometheus.parse_protobuf(as_protobuf(nameless), 1, where="leaf0")
+
+
+def test_families_of_other_types_or_names_are_skipped():
+    unknown = MetricFamily(name="node_network_receive_bytes_total", type=6)  # a type of the future
+    unknown.metric.add().label.add(name="device", value="swp1")
+    body = unknown.SerializeToString()
+    assert prometheus.parse_protobuf(varint(len(body)) + body, 1) == []
+    # An unmapped family whose name comes first is not decoded: the bytes after it are not looked at.
+    skipped = b"\x0a\x0fprocess_unknown" + b"\xff\xff"
+    assert prometheus.parse_protobuf(varint(len(skipped)) + skipped + as_protobuf(SCRAPE[:1]), 1) != []
+    assert prometheus.parse_protobuf(b"", 1) == []
