@@ -51,6 +51,7 @@ __all__ = [
     "check_sizes",
     "collect_documents",
     "documents_from_archive",
+    "interface_ports",
     "quote",
     "read_cabling",
     "read_documents",
@@ -589,6 +590,25 @@ class Cabling:
     def cable_names(self) -> set[str]:
         """Every cable as `a:if <-> b:if`, the ends in sorted order."""
         return {cable_name(*cable) for cable in self.cables}
+
+
+def interface_ports(links: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """node -> interface name -> its port in the twin (`leaf0` -> {`swp3`: `leaf0/p3`}), from a fabric's
+    links (`topology_pb2.Link`s) where they keep the interface names LLDP gave them.
+
+    How an exporter's interfaces are named as the fabric's ports, by the mirror and by `fabrictwin
+    telemetry import` alike (an interface the fabric does not name is no fabric port).
+    """
+    interfaces: dict[str, dict[str, str]] = {}
+    for link in links:
+        for node, port, name in (
+            (link.node_a, link.port_a, link.port_name_a),
+            (link.node_b, link.port_b, link.port_name_b),
+        ):
+            node = node.rsplit("/", 1)[-1]  # `fabrics/f/nodes/leaf0` or `leaf0`
+            if name:
+                interfaces.setdefault(node, {})[name] = f"{node}/p{port}"
+    return interfaces
 
 
 def cable_name(node: str, port: str, peer: str, peer_port: str) -> str:
