@@ -27,12 +27,12 @@ Sizes are checked before anything is parsed: one document at most MAX_DOCUMENT_B
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import ipaddress
 import json
 import os
 import re
-import subprocess
 import tarfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,28 +100,33 @@ def collect_documents(
 ) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """Run one shell command per node (its stdout is that node's document), all at once.
 
-    Returns the documents of the nodes whose command succeeded and, per failed node, why.
+    Returns the documents of the nodes whose command succeeded and, per failed node, why. Each runs
+    as a mirror's `command` target does (`fabrictwin.scrape.fetch_command`): in a session of its
+    own, its output read as it comes and stopped past MAX_DOCUMENT_BYTES, and everything it started
+    killed when it times out, prints too much or is done.
     """
-    started = {
-        node: subprocess.Popen(
-            ["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for node, command in commands.items()
-    }
+    from fabrictwin.scrape import ScrapeError, fetch_command  # the mirror's, not the service's
+
+    def run(command: str) -> str:
+        output = fetch_command(command, timeout_s, MAX_DOCUMENT_BYTES)
+        try:
+            return output.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScrapeError(f"not UTF-8 text (byte {exc.start})") from None
+
     documents: list[tuple[str, str]] = []
     failed: dict[str, str] = {}
-    for node, process in started.items():
-        try:
-            out, err = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            failed[node] = f"timed out after {timeout_s:g} s"
-            continue
-        if process.returncode != 0:
-            failed[node] = f"exited with {process.returncode}: {(err.strip().splitlines() or [''])[-1][:200]}"
-            continue
-        documents.append((node, out))
+    if not commands:
+        return documents, failed
+    with concurrent.futures.ThreadPoolExecutor(min(len(commands), 64)) as pool:
+        running = {node: pool.submit(run, command) for node, command in commands.items()}
+        for node, future in running.items():
+            try:
+                documents.append((node, future.result()))
+            except ScrapeError as exc:
+                failed[node] = str(exc)
+            except OSError as exc:  # /bin/sh itself could not be started
+                failed[node] = f"cannot run: {exc.strerror or exc}"
     return documents, failed
 
 
