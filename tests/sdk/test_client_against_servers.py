@@ -241,6 +241,24 @@ def test_the_cli_ingests_a_csv_and_finds_the_hottest_port(telemetry, tmp_path, c
     assert code == 0 and json.loads(out)[0]["port"] == "leaf-0/p1"
 
 
+def test_the_cli_skew_finds_52_next_to_8_pinned_and_takes_the_rules_thresholds(telemetry, tmp_path, capsys):
+    """`telemetry skew` applies the diagnosis' pinning rule, thresholds as flags."""
+    servers = {"telemetry": telemetry}
+    assert _cli(capsys, servers, "telemetry", "create-source", "sdk-skew")[0] == 0
+    csv = tmp_path / "skew.csv"
+    csv.write_text("time_ns,port,utilisation\n0,leaf-0/p3,0.52\n0,leaf-0/p4,0.08\n")
+    assert _cli(capsys, servers, "telemetry", "ingest-csv", "sdk-skew", str(csv))[0] == 0
+    code, out, _ = _cli(capsys, servers, "telemetry", "skew", "sdk-skew", "--end", "1000")
+    assert code == 0
+    header, row = out.strip().splitlines()[:2]
+    assert header.split()[-1] == "PINNED" and row.split()[-1] == "yes", out
+    assert "8.0%" in row.split()  # MIN: the idle one beside the busy one
+    code, out, _ = _cli(
+        capsys, servers, "telemetry", "skew", "sdk-skew", "--end", "1000", "--max-over-mean", "2.0", "--json"
+    )
+    assert code == 0 and json.loads(out)[0]["pinned"] is False  # max/mean 0.52 / 0.30 = 1.73 < 2
+
+
 def test_a_malformed_csv_names_its_line_and_is_a_usage_error(telemetry, tmp_path, capsys) -> None:
     csv = tmp_path / "bad.csv"
     csv.write_text("time_ns,port,utilisation\n0,leaf-0/p1,0.5\n1000,leaf-0/p1,lots\n")

@@ -21,6 +21,7 @@ from fabrictwin.cli_common import (
     emit_list,
     leaf,
     limited,
+    pinning_options,
     print_json,
     subcommands,
 )
@@ -40,21 +41,26 @@ def _number(value: float, digits: str = ".6g") -> str:
 
 
 def skew_table(points: Sequence[telemetry_pb2.SkewPoint]) -> str:
-    """One row per interval: ports, max and mean utilisation, max/mean, CV, hot and idle shares."""
+    """One row per interval: ports, max, mean and min utilisation, max/mean, CV, hot and idle shares,
+    and whether the pinning rule holds."""
     rows = [
         [
             p.time_ns,
             p.ports,
             format_percent(p.max_utilisation),
             format_percent(p.mean_utilisation),
+            format_percent(p.min_utilisation),
             f"{p.max_over_mean:.2f}",
             f"{p.coefficient_of_variation:.2f}",
             format_percent(p.share_hot),
             format_percent(p.share_idle),
+            "yes" if p.pinned else "no",
         ]
         for p in points
     ]
-    return render_table(["TIME_NS", "PORTS", "MAX", "MEAN", "MAX/MEAN", "CV", "HOT", "IDLE"], rows)
+    return render_table(
+        ["TIME_NS", "PORTS", "MAX", "MEAN", "MIN", "MAX/MEAN", "CV", "HOT", "IDLE", "PINNED"], rows
+    )
 
 
 def loss_table(points: Sequence[telemetry_pb2.LossPoint]) -> str:
@@ -149,6 +155,8 @@ def _skew(client: Client, args: argparse.Namespace) -> int:
         step_ns=args.step,
         hot_above=args.hot_above,
         idle_below=args.idle_below,
+        max_over_mean=args.max_over_mean,
+        spread=args.spread,
     )
     if not write_output(args, telemetry_pb2.GetUtilisationSkewResponse(points=points)):
         emit_list(args, points, skew_table)
@@ -249,8 +257,7 @@ def register(root: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = leaf(group, "skew", _skew, "utilisation skew of a port group per interval (ECMP pinning)")
     _window_options(p)
     p.add_argument("--step", type=duration_arg, default=0, help="interval (default 0: the whole window)")
-    p.add_argument("--hot-above", type=float, default=0.0, help="hot above this utilisation (default 0.8)")
-    p.add_argument("--idle-below", type=float, default=0.0, help="idle below this utilisation (default 0.2)")
+    pinning_options(p)
     p = leaf(group, "loss", _loss, "drops, errors and the estimated BER of one port per interval")
     _window_options(p, ports=False)
     p.add_argument("--port", required=True, help="the port")
