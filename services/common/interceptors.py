@@ -18,6 +18,9 @@ The error interceptor also owns two ways a call can fail before or around the se
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import gc
 import inspect
 import logging
 import uuid
@@ -53,6 +56,8 @@ ServicerContext: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 MAX_DETAILS_BYTES = 4096
 # The most characters of an error's text that go into one log record.
 LOG_CHARS = 2000
+# A failed call's request at least this large is let go of at once (see `_release_soon`).
+LARGE_REQUEST_BYTES = 1 << 20
 
 
 def rewrap_handler(
@@ -165,6 +170,25 @@ async def _translate(exc: Exception, method: str, context: ServicerContext) -> N
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (incident {incident}; see server log)")
 
 
+# Requests that arrived large, by id() from their decoding until their call ends (bounded: a
+# request whose call never ran is forgotten with the oldest).
+_large_requests: collections.OrderedDict[int, int] = collections.OrderedDict()
+
+
+def _release_soon(request: Any) -> None:
+    """A failed call's frames hold its request in a reference cycle (the frames, the servicer context
+    and the AbortError), which only Python's full collection breaks: a refused 61 MB request stayed
+    in memory, and eight of them took a service from 147 to 729 MiB. After a request that arrived
+    large fails, a full collection runs once the call has unwound. (Its size is the one seen when it
+    was decoded: protobuf's ByteSize() would encode the message again to tell.)"""
+    if _large_requests.pop(id(request), None) is not None:
+        asyncio.get_running_loop().call_later(0.2, gc.collect)
+
+
+def _forget(request: Any) -> None:
+    _large_requests.pop(id(request), None)
+
+
 class _Undecodable:
     """What a request that does not decode becomes, so that a behaviour wrapper can refuse it."""
 
@@ -185,7 +209,12 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
 
     def deserialize(data: bytes) -> Any:
         try:
-            return deserializer(data)
+            message = deserializer(data)
+            if len(data) >= LARGE_REQUEST_BYTES:
+                _large_requests[id(message)] = len(data)
+                while len(_large_requests) > 64:
+                    _large_requests.popitem(last=False)
+            return message
         except Exception as exc:  # DecodeError above all; any failure here is the request's
             reason = str(exc).rpartition("': ")[2] or type(exc).__name__
             return _Undecodable(f"{expected} ({excerpt(reason)})")
@@ -236,10 +265,14 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             try:
                 request = await _refuse_undecodable(request, context)
                 result = behavior(request, context)
-                return await result if inspect.isawaitable(result) else result
+                answer = await result if inspect.isawaitable(result) else result
+                _forget(request)
+                return answer
             except (grpc.aio.AbortError, grpc.aio.UsageError):
+                _release_soon(request)
                 raise
             except Exception as exc:
+                _release_soon(request)
                 await _translate(exc, method, context)
 
         return wrapper
