@@ -81,6 +81,16 @@ def test_the_one_shot_import_names_ports_exactly_as_the_mirror_does(services, cl
     assert "fabrics/ls names no port for 2 interfaces of leaf-0, not stored: eth0, lo" in err
 
 
+def test_the_sdks_one_shot_import_names_ports_as_the_mirror_given_the_fabrics_links(client):
+    links = list(client.fabrics.links("ls"))
+    client.telemetry.create_source("sdk-imported", fabric="ls")
+    for sent, at in ((1000, 1_000_000_000), (5000, 2_000_000_000)):
+        client.telemetry.import_text(
+            "sdk-imported", scrape(sent), "prometheus", node="leaf-0", time_ns=at, fabric_links=links
+        )
+    assert ports(client, "sdk-imported") == {"leaf-0/p1", "leaf-0/p2", "leaf-0/p3", "leaf-0/p4"}
+
+
 def test_port_name_applies_to_netdev_ports_port_being_the_number_their_name_ends_in(
     services, client, tmp_path
 ):

@@ -11,6 +11,7 @@ mid-stream costs a few re-sent batches, and no row is stored twice.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
@@ -23,8 +24,9 @@ from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.importers import SampleColumns
 from fabrictwin.mirror import MirrorReport, Poll, run_mirror, text_parser
 from fabrictwin.names import enum_value, resource_name
+from fabrictwin.port_names import prometheus_parser
 from fabrictwin.resumable_ingest import DEFAULT_RESUME_S, resumable_ingest
-from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc
+from fabrictwin.v1 import common_pb2, telemetry_pb2, telemetry_pb2_grpc, topology_pb2
 
 __all__ = ["DEFAULT_BATCH_ROWS", "TelemetryApi", "column_batches", "sample_batches"]
 
@@ -36,6 +38,8 @@ KindKey = TypeVar("KindKey", bound=EnumLike)
 
 # Rows per SampleBatch: about 1.6 MB per batch with three metric columns, well under message limits.
 DEFAULT_BATCH_ROWS = 50_000
+
+log = logging.getLogger("fabrictwin.telemetry")
 
 _CUMULATIVE_KINDS = frozenset(
     {
@@ -380,11 +384,24 @@ class TelemetryApi:
         counter_kinds: Mapping[str, str] | None = None,
         link_gbps: float = 0.0,
         batch_rows: int = DEFAULT_BATCH_ROWS,
+        fabric_links: Iterable[topology_pb2.Link] | None = None,
     ) -> telemetry_pb2.IngestSamplesResponse:
         """Ingest one text in `format` (`perfquery`, `prometheus`, `csv`): see `mirror.text_parser`.
 
-        Readings without a time of their own are stamped `time_ns` (default: now).
+        Readings without a time of their own are stamped `time_ns` (default: now). A Prometheus text
+        with `node`, no `port_name` and the links of the source's fabric (`fabric_links`, from
+        `client.fabrics.links(fabric)`) has its ports named as the mirror and `fabrictwin telemetry
+        import` name them (`fabrictwin.port_names`): `swp3` is `leaf0/p3` where a link says so, and an
+        interface the fabric does not name is left out (logged).
         """
+        if format == "prometheus" and node and not port_name and fabric_links is not None:
+            fabric = self.get_source(source).fabric
+            parse, names = prometheus_parser(node, port_name, where, fabric, fabric_links)
+            chunks = parse(text, time.time_ns() if time_ns is None else time_ns)
+            for note in names.notes:
+                log.info("%s", note)
+            name = resource_name("sources", source)
+            return self.ingest(b for chunk in chunks for b in column_batches(name, chunk, batch_rows))
         parse = text_parser(
             format,
             source,
