@@ -12,7 +12,7 @@ counter is a fixed 8-byte double, so every message keeps its length).
 
 from __future__ import annotations
 
-import http.server
+import asyncio
 import json
 import pathlib
 import struct
@@ -130,38 +130,46 @@ def main(directory: str, text_only: bool = False) -> None:
             messages[path.stem] = protobuf_template(items)
     scrapes = {"count": 0}
 
-    class Metrics(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def answer(request: bytes) -> bytes:
+        line, _, headers = request.partition(b"\r\n")
+        parts = line.split(b" ")
+        node = parts[1].decode(errors="replace").strip("/").split("/")[0] if len(parts) > 1 else ""
+        text = texts.get(node)
+        if text is None:
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        scrapes["count"] += 1
+        n = scrapes["count"]
+        counters = (n * 1_000_000, n * 1_000, n)
+        if node in messages and b"application/vnd.google.protobuf" in headers:  # as the Accept asks
+            body, content_type = render_protobuf(messages[node], counters), PROTOBUF
+        else:
+            body, content_type = render(text, counters), "text/plain; version=0.0.4"
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        return (head + "Connection: close\r\n\r\n").encode() + body
 
-        def do_GET(self) -> None:
-            node = self.path.strip("/").split("/")[0]
-            text = texts.get(node)
-            if text is None:
-                self.send_error(404)
-                return
-            scrapes["count"] += 1
-            n = scrapes["count"]
-            counters = (n * 1_000_000, n * 1_000, n)
-            if node in messages and "application/vnd.google.protobuf" in self.headers.get("Accept", ""):
-                body, content_type = render_protobuf(messages[node], counters), PROTOBUF
-            else:
-                body, content_type = render(text, counters), "text/plain; version=0.0.4"
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class Exporter(asyncio.Protocol):
+        """One connection: one GET, answered, then closed (the mirror asks once per connection)."""
 
-        def log_message(self, *args: object) -> None:
-            pass
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            assert isinstance(transport, asyncio.Transport)
+            self.transport = transport
+            self.request = b""
 
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 1024  # the default backlog of 5 drops the mirror's concurrent SYNs
+        def data_received(self, data: bytes) -> None:
+            self.request += data
+            if b"\r\n\r\n" in self.request:
+                self.transport.write(answer(self.request))
+                self.transport.close()
 
-    server = Server(("127.0.0.1", 0), Metrics)
-    print(server.server_address[1], flush=True)
-    server.serve_forever()
+    async def serve() -> None:
+        # An asyncio server, not http.server's thread per connection: the exporters' own cost stays
+        # small next to the mirror's on the one machine (real exporters run on their own machines).
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Exporter, "127.0.0.1", 0, backlog=1024)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+
+    asyncio.run(serve())
 
 
 if __name__ == "__main__":

@@ -365,6 +365,48 @@ def test_the_same_counters_served_as_protobuf_and_as_text_are_stored_the_same(cl
             mirror.close()
 
 
+def test_scrapes_parsed_in_worker_processes_are_stored_as_those_parsed_here(
+    client, exporters, tmp_path, monkeypatch
+):
+    from fabrictwin import fabric_mirror
+
+    monkeypatch.setattr(fabric_mirror, "_PARALLEL_FROM", 1)  # workers for 4 targets, not 64
+    monkeypatch.setattr(fabric_mirror, "_SHARE", 1)  # and one scrape at a time: the pieces are put back
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    exporters.protobuf = True
+    here = mirror_config(exporters, tmp_path / "lldp", parse_workers=1)
+    there = here.replace("parse_workers = 1", "parse_workers = 3").replace('"ls-live"', '"ls-workers"')
+    mirrors = [FabricMirror(client, parse_mirror_config(config)) for config in (here, there)]
+    try:
+        for mirror in mirrors:
+            mirror.start()
+        for step in range(4):  # the third poll reads by plans (made at the second)
+            for devices in exporters.devices.values():
+                for values in devices.values():
+                    values["tx"] += 1000 * step
+            exporters.devices["leaf-1"]["swp1"]["up"] = int(step != 1)
+            exporters.broken = {"spine-1": "not metrics\n"} if step == 2 else {}
+            reports = [mirror.poll() for mirror in mirrors]
+            assert reports[0].failed == reports[1].failed
+            assert (reports[0].scraped, reports[0].ports, reports[0].stored) == (
+                reports[1].scraped,
+                reports[1].ports,
+                reports[1].stored,
+            )
+            if step == 2:
+                assert reports[1].failed["spine-1"].startswith("cannot parse: spine-1")
+        assert len(mirrors[1]._pools) == 3
+        stored = [
+            {s.port: list(s.values) for s in client.telemetry.query_series(source, "tx_bytes")}
+            for source in ("ls-live", "ls-workers")
+        ]
+        assert stored[0] == stored[1] and len(stored[0]) == 12
+    finally:
+        for mirror in mirrors:
+            mirror.close()
+
+
 def test_new_cabling_becomes_a_new_fabric_version_with_its_own_source(client, mirror, config_text, tmp_path):
     mirror.start()
     assert mirror.refresh_cabling().changed is False

@@ -9,9 +9,10 @@ its one set of metrics.
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
-from fabrictwin.importers import FormatError, prometheus
+from fabrictwin.importers import FormatError, PortReading, columns_of, merge_columns, prometheus
 from fabrictwin.prometheus.metrics_pb2 import MetricFamily
 
 from .exposition import Family, Labels, as_protobuf, as_text, varint
@@ -193,3 +194,95 @@ def test_families_of_other_types_or_names_are_skipped():
     skipped = b"\x0a\x0fprocess_unknown" + b"\xff\xff"
     assert prometheus.parse_protobuf(varint(len(skipped)) + skipped + as_protobuf(SCRAPE[:1]), 1) != []
     assert prometheus.parse_protobuf(b"", 1) == []
+
+
+def _with(families: list[Family], name: str, metrics: list[tuple[Labels, float, int | None]]) -> list[Family]:
+    return [(n, kind, metrics if n == name else ms) for n, kind, ms in families]
+
+
+def test_plans_read_each_later_scrape_as_decoding_it_would(monkeypatch):
+    decoded = []
+    real = prometheus._decoded
+    monkeypatch.setattr(prometheus, "_decoded", lambda *a: decoded.append(a[0]) or real(*a))
+    plans = prometheus.ProtobufPlans()
+    rx = "node_network_receive_bytes_total"
+    grown = [*SCRAPE[0][2], (dev("swp9"), 5, None)]
+    scrapes = {
+        "first": SCRAPE,
+        "second": SCRAPE,  # plans made
+        "values changed": [(n, k, [(lb, v * 3 + 1, t) for lb, v, t in ms]) for n, k, ms in SCRAPE],
+        "a label changed": _with(SCRAPE, rx, [(dev("swp1", alias="x"), 1.0, None), (dev("swp2"), 2.0, None)]),
+        "a metric more": _with(SCRAPE, rx, grown),
+        "a timestamp": _with(SCRAPE, rx, [(dev("swp1"), 1.0, 1_700_000_000_000), (dev("swp2"), 2.0, None)]),
+        "a counter now a gauge": [(n, "gauge" if n == rx else k, ms) for n, k, ms in SCRAPE],
+        "back to the first": SCRAPE,
+        "the first again": SCRAPE,  # plans made again
+        "and again": SCRAPE,
+    }
+    for step, families in scrapes.items():
+        data = as_protobuf(families)
+        without = prometheus.parse_protobuf(data, 7, where="leaf0")
+        decoded.clear()
+        assert prometheus.parse_protobuf(data, 7, where="leaf0", plans=plans) == without, step
+        if step in ("values changed", "and again"):
+            # Nothing decoded but node_network_up: proto3 leaves its zeros out (no value, no plan);
+            # exporters write every value (client_model is proto2), so theirs always get one.
+            assert [message[2:17] for message in decoded] == [b"node_network_up"], step
+    assert len(plans) >= 15  # one per mapped family of the target
+    other = prometheus.parse_protobuf(as_protobuf(SCRAPE), 7, where="leaf1", plans=plans)  # another target
+    assert other == prometheus.parse_protobuf(as_protobuf(SCRAPE), 7, where="leaf1")
+
+
+def test_plans_are_bounded_and_forget_the_oldest_first():
+    plans = prometheus.ProtobufPlans(limit=4)
+    for n in range(10):
+        for _ in range(2):  # a plan is made the second time a family is read
+            prometheus.parse_protobuf(as_protobuf(SCRAPE[:3]), 1, where=f"node{n}", plans=plans)
+    assert len(plans) == 4 and plans.get(("node9", SCRAPE[2][0])) is not None
+    assert plans.get(("node0", SCRAPE[0][0])) is None
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return bytes([number << 3 | 2]) + varint(len(payload)) + payload
+
+
+def test_a_value_given_twice_is_read_as_a_parser_merges_it_with_or_without_plans():
+    label = _field(1, _field(1, b"device") + _field(2, b"swp1"))
+    counters = [_field(3, b"\x09" + struct.pack("<d", value)) for value in (5.0, 9.0)]
+    family = _field(1, b"node_network_receive_bytes_total") + _field(4, label + counters[0] + counters[1])
+    data = varint(len(family)) + family
+    plans = prometheus.ProtobufPlans()
+    for _ in range(2):
+        (reading,) = prometheus.parse_protobuf(data, 1, where="x", plans=plans)
+        assert reading.values == {"rx_bytes": (9, "cumulative_64")}  # the parser merges: the last wins
+    assert len(plans) == 0  # no plan for a layout it cannot read by position
+
+
+def test_merged_columns_hold_the_rows_columns_of_makes_from_all_the_readings():
+    def rows(chunks):
+        return {
+            tuple(sorted(c.counter_kinds.items())): sorted(
+                (c.ports[p], t, *(c.columns[m][i] for m in sorted(c.columns)))
+                for i, (p, t) in enumerate(zip(c.port_index, c.time_ns, strict=True))
+            )
+            for c in chunks
+        }
+
+    targets = [
+        prometheus.parse_protobuf(as_protobuf(SCRAPE), 7, node=node) for node in ("leaf0", "leaf1", "spine0")
+    ]
+    merged = merge_columns([chunk for readings in targets for chunk in columns_of(readings)])
+    every = columns_of([reading for readings in targets for reading in readings])
+    assert rows(merged) == rows(every)
+    for chunk in merged:
+        assert len(set(chunk.ports)) == len(chunk.ports)
+    # The same port from two chunks: listed once, its rows in time order.
+    late = [PortReading("a/p1", 20, {"tx_bytes": (5, "cumulative_64")}, rate_bps=1e9)]
+    early = [PortReading("a/p1", 10, {"tx_bytes": (3, "cumulative_64")})]
+    (chunk,) = merge_columns(columns_of(late) + columns_of(early))
+    assert (chunk.ports, chunk.time_ns, chunk.columns, chunk.port_rates) == (
+        ["a/p1"],
+        [10, 20],
+        {"tx_bytes": [3, 5]},
+        [1e9],
+    )

@@ -36,7 +36,14 @@ from collections.abc import Callable, Iterable
 
 from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
-from fabrictwin.importers import FormatError, PortReading, columns_of, port_states, prometheus
+from fabrictwin.importers import (
+    FormatError,
+    PortReading,
+    SampleColumns,
+    columns_of,
+    merge_columns,
+    prometheus,
+)
 from fabrictwin.link_health import apply_verdicts, assess
 from fabrictwin.lldp import LldpError, cable_name, collect_documents, read_cabling, read_documents
 from fabrictwin.mirror_config import MirrorConfig, TargetConfig
@@ -106,12 +113,47 @@ def _short(name: str) -> str:
 
 
 _PARALLEL_FROM = 64  # scrapes per poll from which parsing is spread over worker processes
+_SHARE = 64  # scrapes a worker is sent at a time
+# The layouts of the protobuf families last read, per target: in each process that parses scrapes
+# (this one, or a worker), a target's next scrape reads its values without decoding its families.
+_PLANS = prometheus.ProtobufPlans()
 
 
-def _parse_scrape(
+@dataclasses.dataclass(frozen=True)
+class _Parsed:
+    """One scrape, parsed where it was (a worker process): its columns, its ports' last reported states
+    (time, up) and its ports. Columns cross between processes as lists of numbers, much cheaper than
+    the readings."""
+
+    chunks: list[SampleColumns]
+    states: dict[str, tuple[int, bool]]
+    ports: list[str]
+
+
+def _parse_scrape(item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None]) -> _Parsed | str:
+    """One scrape, parsed (`_Parsed`), or the parse error (a FormatError names the line or message)."""
+    readings = _readings_of(item)
+    if isinstance(readings, str):
+        return readings
+    states: dict[str, tuple[int, bool]] = {}
+    for reading in readings:  # as port_states: the latest (the later line at one time) wins
+        held = states.get(reading.port)
+        if reading.oper_up is not None and (held is None or reading.time_ns >= held[0]):
+            states[reading.port] = (reading.time_ns, reading.oper_up)
+    return _Parsed(columns_of(readings), states, list({reading.port: None for reading in readings}))
+
+
+def _parse_share(
+    items: list[tuple[bytes, str, int, TargetConfig, dict[str, str] | None]],
+) -> list[_Parsed | str]:
+    """A worker's share of a poll's scrapes, parsed."""
+    return [_parse_scrape(item) for item in items]
+
+
+def _readings_of(
     item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None],
 ) -> list[PortReading] | str:
-    """One scrape's readings, or the parse error (a FormatError names the line or message)."""
+    """One scrape's readings, or the parse error."""
     body, content_type, time_ns, target, names = item
     try:
         readings = prometheus.parse_scrape(
@@ -122,6 +164,7 @@ def _parse_scrape(
             node=target.node,
             device_port_name=target.port_name,
             port_names=names,
+            plans=_PLANS,
         )
     except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
         return exc.details
@@ -168,7 +211,7 @@ class FabricMirror:
         self._scraper = Scraper(config.target_timeout_s, config.max_workers, config.max_scrape_bytes)
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
-        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._pools: list[concurrent.futures.ProcessPoolExecutor] = []  # one process each
         self._next_health = 0.0  # monotonic time of the next health assessment
 
     # -- the fabric and the source --------------------------------------------------------------
@@ -351,8 +394,8 @@ class FabricMirror:
 
     # -- counters and link states ---------------------------------------------------------------
 
-    def _parse_all(self, scraped: list[ScrapeResult]) -> list[list[PortReading] | str]:
-        """Each scrape's readings, or why it cannot be parsed; spread over worker processes when many."""
+    def _parse_all(self, scraped: list[ScrapeResult]) -> list[_Parsed | str]:
+        """Each scrape parsed, or why it cannot be; spread over worker processes when many."""
         assert self._ports is not None
         work = [
             (result.body, result.content_type, result.time_ns, result.target, None if result.target.port_name
@@ -362,19 +405,38 @@ class FabricMirror:
         workers = self.config.parse_workers
         if workers <= 1 or len(work) < _PARALLEL_FROM:
             return [_parse_scrape(item) for item in work]
-        if self._pool is None:
-            # spawn, not fork: this process holds gRPC channels and their threads.
+        if not self._pools:
+            # spawn, not fork: this process holds gRPC channels and their threads. One pool of one
+            # process per worker, so that a target is parsed by the same process at every poll and
+            # finds the plans of its families there (prometheus.ProtobufPlans).
             context = multiprocessing.get_context("spawn")
-            self._pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
-        chunk = max(1, len(work) // (workers * 4))
-        return list(self._pool.map(_parse_scrape, work, chunksize=chunk))
+            self._pools = [
+                concurrent.futures.ProcessPoolExecutor(1, mp_context=context) for _ in range(workers)
+            ]
+        place = {target.where: i for i, target in enumerate(self.config.targets)}  # stable: config order
+        positions: list[list[int]] = [[] for _ in range(workers)]
+        for position, result in enumerate(scraped):
+            positions[place.get(result.target.where, position) % workers].append(position)
+        # In pieces, so that the first results come back (and are unpickled here) while the rest parse.
+        shares = [
+            (piece, self._pools[w].submit(_parse_share, [work[p] for p in piece]))
+            for w, mine in enumerate(positions)
+            for piece in (mine[at : at + _SHARE] for at in range(0, len(mine), _SHARE))
+        ]
+        parsed: list[_Parsed | str] = [""] * len(work)
+        for piece, share in shares:
+            for position, item in zip(piece, share.result(), strict=True):
+                parsed[position] = item
+        return parsed
 
     def poll(self) -> PollReport:
         """Scrape every target, ingest what they report, and follow their ports' states."""
         started = time.monotonic()
         self.polls += 1
         report = PollReport(self.polls, time.time_ns(), self.fabric, len(self.config.targets))
-        readings: list[PortReading] = []
+        chunks: list[SampleColumns] = []
+        states: dict[str, tuple[int, bool]] = {}
+        ports: set[str] = set()
         scraped = self._scraper.scrape(self.config.targets)
         report.scrape_seconds = time.monotonic() - started
         fetched = []
@@ -390,10 +452,15 @@ class FabricMirror:
                 report.failed[result.target.node] = f"cannot parse: {parsed}"
                 self._scraper.failed(result.target)
                 continue
-            readings += parsed
+            chunks += parsed.chunks
+            for port, (at, up) in parsed.states.items():  # in target order: as over all the readings
+                held = states.get(port)
+                if held is None or at >= held[0]:
+                    states[port] = (at, up)
+            ports.update(parsed.ports)
             report.scraped += 1
-        report.ports = len({reading.port for reading in readings})
-        chunks = columns_of(readings)
+        report.ports = len(ports)
+        chunks = merge_columns(chunks)
         report.parse_seconds = time.monotonic() - started - report.scrape_seconds
         if chunks:
             name = resource_name("sources", self.source)
@@ -403,7 +470,7 @@ class FabricMirror:
             report.stored, report.duplicates, report.rejected = reply.stored, reply.duplicates, reply.rejected
             report.reasons = [reason.reason for reason in reply.reasons]
         report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
-        report.link_changes = self._follow_states(port_states(readings))
+        report.link_changes = self._follow_states({port: up for port, (_, up) in states.items()})
         health = self.config.health
         if health is not None and time.monotonic() >= self._next_health:
             self._next_health = time.monotonic() + health.interval_s
@@ -493,6 +560,6 @@ class FabricMirror:
 
     def close(self) -> None:
         self._scraper.close()
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        for pool in self._pools:
+            pool.shutdown(cancel_futures=True)
+        self._pools = []

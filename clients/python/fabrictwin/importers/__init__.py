@@ -26,6 +26,7 @@ __all__ = [
     "PortReading",
     "SampleColumns",
     "columns_of",
+    "merge_columns",
     "port_rates",
     "port_states",
 ]
@@ -110,6 +111,51 @@ def columns_of(readings: Iterable[PortReading]) -> list[SampleColumns]:
             chunk.port_rates = [rates.get(port, 0.0) for port in chunk.ports]
         chunks.append(chunk)
     return chunks
+
+
+def merge_columns(chunks: Iterable[SampleColumns]) -> list[SampleColumns]:
+    """Columns of the same (metric, kind) signature joined into one, each port listed once and its
+    rows in time order (as `columns_of` makes them from all the readings at once; where several
+    chunks report a port with a link rate, the last chunk's is kept).
+
+    >>> a = columns_of([PortReading("a/p1", 5, {"tx_bytes": (10, "cumulative_64")})])
+    >>> b = columns_of([PortReading("b/p1", 5, {"tx_bytes": (20, "cumulative_64")})])
+    >>> chunk, = merge_columns(a + b)
+    >>> chunk.ports, chunk.port_index, chunk.columns
+    (['a/p1', 'b/p1'], [0, 1], {'tx_bytes': [10, 20]})
+    """
+    merged: dict[tuple[tuple[str, str], ...], tuple[SampleColumns, dict[str, int], dict[str, float]]] = {}
+    shared: set[tuple[tuple[str, str], ...]] = set()  # signatures with a port in several chunks
+    for chunk in chunks:
+        signature = tuple(sorted(chunk.counter_kinds.items()))
+        if signature not in merged:
+            empty = SampleColumns([], [], [], {m: [] for m, _ in signature}, dict(signature))
+            merged[signature] = (empty, {}, {})
+        into, index, rates = merged[signature]
+        local = []
+        for port in chunk.ports:
+            if port in index:
+                shared.add(signature)
+            local.append(index.setdefault(port, len(index)))
+        into.port_index += [local[i] for i in chunk.port_index]
+        into.time_ns += chunk.time_ns
+        for metric, values in chunk.columns.items():
+            into.columns[metric] += values
+        for port, rate in zip(chunk.ports, chunk.port_rates or (), strict=False):
+            if rate:
+                rates[port] = rate
+    joined = []
+    for signature, (into, index, rates) in merged.items():
+        into.ports = list(index)
+        if rates:
+            into.port_rates = [rates.get(port, 0.0) for port in into.ports]
+        if signature in shared:  # a port's rows from two chunks: put them in time order (stable)
+            order = sorted(range(into.rows), key=into.time_ns.__getitem__)
+            into.port_index = [into.port_index[i] for i in order]
+            into.time_ns = [into.time_ns[i] for i in order]
+            into.columns = {m: [values[i] for i in order] for m, values in into.columns.items()}
+        joined.append(into)
+    return joined
 
 
 def port_states(readings: Iterable[PortReading]) -> dict[str, bool]:

@@ -104,9 +104,12 @@ message (`where: message 3 at byte 1234: ...`) or the family and labels of the m
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import math
+import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
@@ -137,6 +140,7 @@ __all__ = [
     "PROTOBUF_CONTENT_TYPE",
     "QUOTE_LIMIT",
     "RATE_METRIC",
+    "ProtobufPlans",
     "is_protobuf",
     "parse",
     "parse_protobuf",
@@ -176,6 +180,17 @@ class _Sample(NamedTuple):
     labels: dict[str, str]
     value: float
     timestamp: float | None
+
+
+# What the reader reads of a mapped sample, from either format: (rule, name, labels, value, time in
+# seconds or None). Plain tuples: a scrape has a few hundred of them and a poll a few hundred thousand.
+_Row = tuple[Rule, str, Mapping[str, str], Number, Any]
+_UNSET: Final = object()
+
+
+def _sample_of(row: _Row) -> Sample:
+    """The row as a sample (for an error's message)."""
+    return _Sample(row[1], dict(row[2]), row[3], row[4])
 
 
 @functools.cache
@@ -257,14 +272,14 @@ def _line_of(text: str, sample: Sample) -> tuple[int, str]:
     return 0, ""
 
 
-def _counter(value: Number, sample: Sample) -> Number:
+def _counter(value: Number, row: _Row) -> Number:
     """A counter reading: an int where the value is integral; negative or not finite is refused."""
     if isinstance(value, float):
         if not math.isfinite(value) or value < 0:
-            raise _SampleError(sample, f"counter value {value} is not a finite number >= 0")
+            raise _SampleError(_sample_of(row), f"counter value {value} is not a finite number >= 0")
         return int(value) if value.is_integer() else value
     if value < 0:
-        raise _SampleError(sample, f"counter value {value} is not a finite number >= 0")
+        raise _SampleError(_sample_of(row), f"counter value {value} is not a finite number >= 0")
     return value
 
 
@@ -280,30 +295,32 @@ class _Names:
         self.mapping = port_names
         self.cache: dict[tuple[bool, str, str], str | None] = {}
 
-    def _device(self, rule: Rule, sample: Sample) -> tuple[str, str]:
-        labels = sample.labels
-        if rule.family == "infiniband":
+    def port(self, rule: Rule, labels: Mapping[str, str], row: _Row) -> str | None:
+        """The twin's name of the row's port; None if `port_names` does not map it."""
+        family = rule.family
+        if family == "infiniband":
             if "device" not in labels or "port" not in labels:
-                raise _SampleError(sample, f"{sample.name} needs the labels device and port")
-            return labels["device"], labels["port"]
-        if rule.family == "if_mib":
+                raise _SampleError(_sample_of(row), f"{row[1]} needs the labels device and port")
+            device, port = labels["device"], labels["port"]
+        elif family == "if_mib":
             for label in IF_MIB_NAME_LABELS:
                 if labels.get(label):
-                    return labels[label], ""
-            raise _SampleError(
-                sample, f"{sample.name} needs one of the labels {', '.join(IF_MIB_NAME_LABELS)}"
-            )
-        if "device" not in labels:
-            raise _SampleError(sample, f"{sample.name} needs the label device")
-        return labels["device"], ""
-
-    def port(self, rule: Rule, sample: Sample) -> str | None:
-        """The twin's name of the sample's port; None if `port_names` does not map it."""
-        device, port = self._device(rule, sample)
-        infiniband = rule.family == "infiniband"
+                    device, port = labels[label], ""
+                    break
+            else:
+                raise _SampleError(
+                    _sample_of(row), f"{row[1]} needs one of the labels {', '.join(IF_MIB_NAME_LABELS)}"
+                )
+        else:
+            found = labels.get("device")
+            if found is None:
+                raise _SampleError(_sample_of(row), f"{row[1]} needs the label device")
+            device, port = found, ""
+        infiniband = family == "infiniband"
         key = (infiniband, device, port)
-        if key in self.cache:
-            return self.cache[key]
+        cached = self.cache.get(key, _UNSET)
+        if cached is not _UNSET:
+            return cached  # type: ignore[return-value]
         if self.mapping is not None:
             name = self.mapping.get(f"{device}/p{port}" if infiniband else device)
         else:
@@ -369,14 +386,14 @@ def _rules(pfc_priority: int) -> dict[str, Rule]:
     return rules(pfc_priority)
 
 
-def _mapped(families: Iterable[Metric], table: Mapping[str, Rule]) -> Iterator[tuple[Rule, Sample]]:
-    """The text's samples that a rule maps, with their rule."""
+def _mapped(families: Iterable[Metric], table: Mapping[str, Rule]) -> Iterator[_Row]:
+    """The text's samples that a rule maps, as rows."""
     for family in families:
         for sample in family.samples:
             name = sample.name
             rule = table.get(name[:-6] if name.endswith("_total") else name)
             if rule is not None:
-                yield rule, sample
+                yield rule, name, sample.labels, sample.value, sample.timestamp
 
 
 def is_protobuf(content_type: str, where: str = "<metrics>") -> bool:
@@ -411,14 +428,15 @@ def parse_scrape(
     device_port_name: str = "",
     port_names: Mapping[str, str] | None = None,
     pfc_priority: int = 3,
+    plans: ProtobufPlans | None = None,
 ) -> list[PortReading]:
     """Port readings of a scrape as served: the protobuf format if `content_type` says so, else text
-    (UTF-8, invalid bytes replaced). The options are `parse`'s."""
+    (UTF-8, invalid bytes replaced). The options are `parse`'s; `plans` `parse_protobuf`'s."""
     options: dict[str, Any] = {"where": where, "node": node, "port_name": port_name,
                                "device_port_name": device_port_name, "port_names": port_names,
                                "pfc_priority": pfc_priority}  # fmt: skip
     if is_protobuf(content_type, where):
-        return parse_protobuf(body, time_ns, **options)
+        return parse_protobuf(body, time_ns, plans=plans, **options)
     return parse(body.decode("utf-8", errors="replace"), time_ns, **options)
 
 
@@ -462,12 +480,11 @@ def _leading_name(data: bytes, start: int, end: int) -> bytes | None:
     return data[at : at + length] if at + length <= end else None
 
 
-def _protobuf_families(data: bytes, table: Mapping[str, Rule], where: str) -> Iterator[MetricFamily]:
-    """The delimited stream's families that a rule may map (the others are not decoded)."""
-    message_type = _metric_family()
-    from google.protobuf.message import DecodeError
-
-    view = memoryview(data)
+def _protobuf_messages(
+    data: bytes, table: Mapping[str, Rule], where: str
+) -> Iterator[tuple[int, int, bytes, str | None]]:
+    """The delimited stream's messages that a rule may map: (number, offset, bytes, family name if it
+    comes first). The others are skipped undecoded."""
     at, number = 0, 0
     while at < len(data):
         start, number = at, number + 1
@@ -480,41 +497,245 @@ def _protobuf_families(data: bytes, table: Mapping[str, Rule], where: str) -> It
             raise FormatError(
                 f"{where}: message {number} at byte {start}: {length} bytes long, {len(data) - at} left"
             )
-        name = _leading_name(data, at, end)
-        if name is not None:
-            text = name.decode("utf-8", errors="replace")
-            if table.get(text[:-6] if text.endswith("_total") else text) is None:
-                at = end
-                continue
-        family = message_type()
-        try:
-            family.ParseFromString(view[at:end])  # type: ignore[arg-type]  # upb reads any buffer
-        except DecodeError as exc:
-            raise FormatError(
-                f"{where}: message {number} at byte {start}: not a MetricFamily: {exc}"
-            ) from None
+        leading = _leading_name(data, at, end)
+        name = None if leading is None else leading.decode("utf-8", errors="replace")
+        if name is None or table.get(name[:-6] if name.endswith("_total") else name) is not None:
+            yield number, start, data[at:end], name
         at = end
-        yield family
+
+
+def _decoded(message: bytes, number: int, start: int, where: str) -> MetricFamily:
+    from google.protobuf.message import DecodeError
+
+    family = _metric_family()()
+    try:
+        family.ParseFromString(message)
+    except DecodeError as exc:
+        raise FormatError(f"{where}: message {number} at byte {start}: not a MetricFamily: {exc}") from None
+    return family
+
+
+def _family_samples(family: MetricFamily, table: Mapping[str, Rule]) -> list[_Row]:
+    """The family's metrics as rows, in order, if a rule maps it (else none)."""
+    name = family.name
+    rule = table.get(name[:-6] if name.endswith("_total") else name)
+    field = _VALUE_FIELD.get(family.type)
+    if rule is None or field is None:
+        return []  # not mapped; or a summary or histogram (their samples are no rule's)
+    samples: list[_Row] = []
+    for metric in family.metric:
+        labels = {pair.name: pair.value for pair in metric.label}
+        if not metric.HasField(field):  # type: ignore[arg-type]
+            raise _SampleError(_Sample(name, labels, math.nan, None), f"a {field} metric without its value")
+        value = getattr(metric, field).value
+        stamp = metric.timestamp_ms / 1000 if metric.HasField("timestamp_ms") else None
+        samples.append((rule, name, labels, value, stamp))
+    return samples
 
 
 def _protobuf_samples(
-    families: Iterable[MetricFamily], table: Mapping[str, Rule]
-) -> Iterator[tuple[Rule, Sample]]:
-    for family in families:
-        name = family.name
-        rule = table.get(name[:-6] if name.endswith("_total") else name)
-        field = _VALUE_FIELD.get(family.type)
-        if rule is None or field is None:
-            continue  # not mapped; or a summary or histogram (their samples are no rule's)
-        for metric in family.metric:
-            labels = {pair.name: pair.value for pair in metric.label}
-            if not metric.HasField(field):  # type: ignore[arg-type]
-                raise _SampleError(
-                    _Sample(name, labels, math.nan, None), f"a {field} metric without its value"
-                )
-            value = getattr(metric, field).value
-            stamp = metric.timestamp_ms / 1000 if metric.HasField("timestamp_ms") else None
-            yield rule, _Sample(name, labels, value, stamp)
+    data: bytes, table: Mapping[str, Rule], where: str, plans: ProtobufPlans | None
+) -> Iterator[_Row]:
+    for number, start, message, name in _protobuf_messages(data, table, where):
+        key = (where, name or "")
+        plan = plans.get(key) if plans is not None and name is not None else None
+        if isinstance(plan, _Plan):
+            rows = plan.rows(message)
+            if rows is not None:
+                yield from rows
+                continue
+        family = _decoded(message, number, start, where)
+        samples = _family_samples(family, table)
+        if plans is not None and name is not None and samples:
+            # A plan is made when a family is seen again after a scrape that had none for it, so a
+            # family whose layout changes at every scrape costs a plan every other scrape at most.
+            plans.put(key, _Plan.of(message, family.type, samples, plans) if plan is _SEEN else _SEEN)
+        yield from samples
+
+
+# --- Plans: a family read again by its layout ------------------------------------------------------
+# An exporter's families keep their layout from one scrape to the next: the same metrics, labels and
+# order; only the values change, and a value is a fixed 8-byte double in its Gauge, Counter or
+# Untyped message. A plan is a family message's bytes with its values cut out, and the samples it
+# gave: when a later message is the same bytes around its values, its samples are the plan's with
+# those values, read by one struct.unpack instead of decoding the message.
+
+_VALUE_FIELD_NUMBER = {"counter": 3, "gauge": 2, "untyped": 5}  # Metric's fields
+_METRIC_FIELD_NUMBER = 4  # MetricFamily.metric
+_DOUBLE_VALUE_TAG = 0x09  # field 1, fixed64: Gauge.value, Counter.value, Untyped.value
+
+
+def _skip(data: bytes, at: int, wire: int) -> int:
+    """The position after a field's value of wire type `wire` at `at` (ValueError: not one to skip)."""
+    if wire == 0:
+        return _varint(data, at)[1]
+    if wire == 1:
+        return at + 8
+    if wire == 2:
+        length, at = _varint(data, at)
+        return at + length
+    if wire == 5:
+        return at + 4
+    raise ValueError(f"wire type {wire}")
+
+
+def _fields(data: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, wire type, position of the value) of each field in data[at:end]."""
+    while at < end:
+        tag, at = _varint(data, at)
+        yield tag >> 3, tag & 7, at
+        at = _skip(data, at, tag & 7)
+    if at != end:
+        raise ValueError("a field runs past its message")
+
+
+def _value_offsets(message: bytes, value_field: int) -> list[int]:
+    """Where each metric's value lies in a family message, metric by metric (ValueError where the
+    layout is not the plain one: a value field or value given twice, which a parser would merge)."""
+    offsets = []
+    metric_tag, value_tag = _METRIC_FIELD_NUMBER << 3 | 2, value_field << 3 | 2
+    at, end = 0, len(message)
+    while at < end:
+        tag, at = _varint(message, at)
+        if tag != metric_tag:
+            at = _skip(message, at, tag & 7)
+            continue
+        length, at = _varint(message, at)
+        metric_end = at + length
+        found = []
+        while at < metric_end:
+            tag = message[at]  # tags and lengths under 128 take one byte: the usual case, read inline
+            at += 1
+            if tag & 0x80:
+                tag, at = _varint(message, at - 1)
+            if tag != value_tag:
+                if tag & 7 == 2 and message[at] < 0x80:
+                    at += 1 + message[at]
+                else:
+                    at = _skip(message, at, tag & 7)
+                continue
+            size, at = _varint(message, at)
+            if size == 9 and message[at] == _DOUBLE_VALUE_TAG:  # the value alone: how exporters write it
+                found.append(at + 1)
+            else:
+                values = [
+                    (wire, where) for field, wire, where in _fields(message, at, at + size) if field == 1
+                ]
+                if len(values) != 1 or values[0][0] != 1:
+                    raise ValueError("not one plain value")
+                found.append(values[0][1])
+            at += size
+        if len(found) != 1 or at != metric_end:
+            raise ValueError("not one plain value")
+        offsets.append(found[0])
+    if at != end:
+        raise ValueError("a field runs past its message")
+    return offsets
+
+
+class _Seen(enum.Enum):
+    """A family read once without a plan: the next time it is read, a plan is made."""
+
+    SEEN = enum.auto()
+
+
+_SEEN: Final = _Seen.SEEN
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(gaps: tuple[int, ...], tail: int) -> struct.Struct:
+    """The struct that splits a message into the bytes between its values and its values (shared:
+    the families of targets with the same interfaces have the same layout)."""
+    return struct.Struct("<" + "".join(f"{gap}sd" for gap in gaps) + f"{tail}s")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A family message's bytes around its values, and its rows but the values."""
+
+    layout: struct.Struct
+    skeleton: bytes  # the message without its values
+    rule: Rule
+    name: str
+    labels: tuple[Mapping[str, str], ...]  # per metric
+    stamps: tuple[Any, ...] | None  # per metric, if any has a time
+
+    @classmethod
+    def of(cls, message: bytes, kind: int, rows: list[_Row], plans: ProtobufPlans) -> _Plan | None:
+        """The plan of a decoded message, or None if its values cannot be found where they must be."""
+        try:
+            offsets = _value_offsets(message, _VALUE_FIELD_NUMBER[_VALUE_FIELD[kind]])
+        except (ValueError, IndexError, KeyError):
+            return None
+        if len(offsets) != len(rows):
+            return None
+        gaps, previous = [], 0
+        for offset, row in zip(offsets, rows, strict=True):
+            if offset < previous or message[offset : offset + 8] != struct.pack("<d", row[3]):
+                return None  # what the parser read is not where the plan would read it
+            gaps.append(offset - previous)
+            previous = offset + 8
+        layout = _layout(tuple(gaps), len(message) - previous)
+        skeleton = b"".join(layout.unpack(message)[0::2])
+        stamps = tuple(row[4] for row in rows)
+        labels = tuple(plans.interned(row[2]) for row in rows)
+        return cls(layout, skeleton, rows[0][0], rows[0][1], labels, stamps if any(stamps) else None)
+
+    def rows(self, message: bytes) -> list[_Row] | None:
+        """The rows of a message laid out as this plan's, else None."""
+        if len(message) != self.layout.size:
+            return None
+        parts = self.layout.unpack(message)
+        if b"".join(parts[0::2]) != self.skeleton:
+            return None
+        rule, name, values = self.rule, self.name, parts[1::2]
+        stamps = self.stamps or (None,) * len(values)
+        return [(rule, name, *row) for row in zip(self.labels, values, stamps, strict=True)]
+
+
+class ProtobufPlans:
+    """The plans of the family messages last read, per target (`where`) and family, for `parse_protobuf`
+    to read a scrape whose families kept their layout without decoding them; at most `limit`, the
+    oldest forgotten first (1,000 targets of 11 families: ~20 MB). Safe to share between threads.
+
+    A plan is used only when the new message is byte for byte the old one around its values, so a
+    scrape reads the same with or without plans; one that changed in any other way (a label, a metric
+    more or less, a timestamp) is decoded, and its plan replaced.
+    """
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._plans: dict[tuple[str, str], _Plan | _Seen] = {}
+        self._labels: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # one copy of each
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """The plans held (families only seen once are not counted)."""
+        return sum(1 for plan in list(self._plans.values()) if plan is not _SEEN)
+
+    def get(self, key: tuple[str, str]) -> _Plan | _Seen | None:
+        return self._plans.get(key)
+
+    def put(self, key: tuple[str, str], plan: _Plan | _Seen | None) -> None:
+        """Remember the plan of a target's family (or that it was seen; None: one cannot be made)."""
+        with self._lock:
+            self._plans.pop(key, None)
+            if plan is None:  # seen, but no plan can be made: from scratch (a plan is tried again later)
+                return
+            while len(self._plans) >= self.limit:
+                del self._plans[next(iter(self._plans))]
+            self._plans[key] = plan
+
+    def interned(self, labels: Mapping[str, str]) -> Mapping[str, str]:
+        """One shared copy of equal label sets (every switch has a `device="swp1"`); never changed."""
+        key = tuple(labels.items())
+        held = self._labels.get(key)
+        if held is None:
+            with self._lock:
+                if len(self._labels) >= 4 * self.limit:
+                    self._labels.clear()  # plans still hold theirs
+                held = self._labels.setdefault(key, labels)
+        return held
 
 
 def _described(sample: Sample) -> str:
@@ -533,9 +754,13 @@ def parse_protobuf(
     device_port_name: str = "",
     port_names: Mapping[str, str] | None = None,
     pfc_priority: int = 3,
+    plans: ProtobufPlans | None = None,
 ) -> list[PortReading]:
     """Port readings of a scrape in the delimited protobuf format; the same as `parse` of the same
     scrape in the text format (naming, families and options: see the module's documentation).
+
+    With `plans` (kept from one scrape of a target to the next, `where` naming the target), the
+    families laid out as in the last scrape are read without decoding them (`ProtobufPlans`).
 
     >>> from fabrictwin.prometheus.metrics_pb2 import MetricFamily
     >>> family = MetricFamily(name="node_network_receive_bytes_total", type=0)
@@ -549,40 +774,45 @@ def parse_protobuf(
     table = _rules(pfc_priority)
     names = _Names(node, port_name, device_port_name, port_names)
     try:
-        return _readings(_protobuf_samples(_protobuf_families(data, table, where), table), time_ns, names)
+        return _readings(_protobuf_samples(data, table, where, plans), time_ns, names)
     except _SampleError as exc:
         raise FormatError(f"{where}: {exc.problem}: {_quote(_described(exc.sample))}") from None
 
 
-def _readings(samples: Iterable[tuple[Rule, Sample]], time_ns: int, names: _Names) -> list[PortReading]:
+def _readings(rows: Iterable[_Row], time_ns: int, names: _Names) -> list[PortReading]:
     # (port, time) -> metric -> (precedence, value, kind); a later sample of equal precedence wins
     # (a series repeated in one text is a later reading of the same counter).
     counters: dict[tuple[str, int], dict[str, tuple[int, Number, str]]] = {}
     rates: dict[str, float] = {}
     states: dict[str, tuple[int, int, bool | None]] = {}  # port -> (precedence, time, up)
-    for rule, sample in samples:
-        port = names.port(rule, sample)
+    for row in rows:
+        rule, _, labels, value, stamp = row
+        port = names.port(rule, labels, row)
         if port is None:
             continue  # not in port_names
         # The text format's timestamps are floats (OpenMetrics' Timestamp objects convert to one).
-        stamp = sample.timestamp
         time = time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
-        value = sample.value
-        if rule.role == "counter":
-            reading = _counter(value, sample)
+        role = rule.role
+        if role == "counter":
+            if value.__class__ is float and 0.0 <= value < math.inf:  # the usual case, as _counter reads it
+                reading: Number = int(value) if value.is_integer() else value
+            else:
+                reading = _counter(value, row)
             if rule.scale != 1:
                 reading *= rule.scale
-            metrics = counters.setdefault((port, time), {})
+            metrics = counters.get((port, time))
+            if metrics is None:
+                metrics = counters[port, time] = {}
             held = metrics.get(rule.metric)
             if held is None or held[0] <= rule.precedence:
                 metrics[rule.metric] = (rule.precedence, reading, rule.kind)
-        elif rule.role == "rate":
+        elif role == "rate":
             if rule.family == "infiniband":  # as before: a bad rate is refused
-                rates[port] = float(_counter(value, sample)) * rule.scale
+                rates[port] = float(_counter(value, row)) * rule.scale
             elif math.isfinite(value) and value > 0:  # netdev: negative is unknown; if_mib: 0 is
                 rates[port] = float(value) * rule.scale
         else:
-            state = _state(rule, sample)
+            state = _state(rule, labels, value)
             if state is not _NO_STATE:
                 held_state = states.get(port)
                 if held_state is None or held_state[0] <= rule.precedence:
@@ -616,15 +846,14 @@ class _NoState(enum.Enum):
 _NO_STATE: Final = _NoState.NO_STATE
 
 
-def _state(rule: Rule, sample: Sample) -> bool | _NoState | None:
+def _state(rule: Rule, labels: Mapping[str, str], value: Number) -> bool | _NoState | None:
     if rule.role == "up":
-        return sample.value == 1
+        return value == 1
     if rule.role == "operstate":
-        return oper_up(sample.labels.get("operstate", "unknown"))
+        return oper_up(labels.get("operstate", "unknown"))
     # IF-MIB ifOperStatus: a number, or a state set / info metric with the state as a label.
-    if IF_MIB_OPER_STATUS in sample.labels:
-        return oper_up(sample.labels[IF_MIB_OPER_STATUS]) if sample.value == 1 else _NO_STATE
-    value = sample.value
+    if IF_MIB_OPER_STATUS in labels:
+        return oper_up(labels[IF_MIB_OPER_STATUS]) if value == 1 else _NO_STATE
     if not (isinstance(value, int) or (math.isfinite(value) and value.is_integer())):
         return None
     return oper_up(OPER_STATUS.get(int(value), "unknown"))
