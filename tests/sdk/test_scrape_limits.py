@@ -221,3 +221,27 @@ def test_a_command_filling_stderr_and_stdout_does_not_block(stream: str):
     redirect = ">&2" if stream == "stderr" else ""
     error, body = scrape_one(command(f"head -c 1000000 /dev/zero {redirect}; echo ok"))
     assert error == "" and body.endswith(b"ok\n")
+
+
+# --- `fabrictwin telemetry mirror --url/--command` (fabrictwin.mirror) fetches the same way ------
+
+
+def test_the_telemetry_mirror_reports_a_garbage_url_or_an_endless_command_as_a_failed_poll():
+    from fabrictwin.mirror import poll_command, poll_url, text_parser
+
+    parser = text_parser("prometheus", "s")
+    with raw_server(lambda s: s.sendall(b"SSH-2.0-OpenSSH_9.2p1\r\n")) as address:
+        (poll,) = poll_url(address, parser, 0.05, until=time.monotonic() + 0.01)
+    assert (
+        poll.error
+        == f"cannot fetch {address}: bad HTTP response: BadStatusLine: 'SSH-2.0-OpenSSH_9.2p1\\r\\n'"
+    )
+    marker = _marker()
+    with no_process_left(marker), no_process_left("node_network_up"):
+        polls = poll_command(
+            f"sleep {marker} & yes node_network_up", parser, 0.05, until=time.monotonic() + 0.01
+        )
+        (poll,) = polls
+    assert poll.error == "command: more than 16777216 bytes of output"
+    (poll,) = poll_command("echo broken >&2; exit 3", parser, 0.05, until=time.monotonic() + 0.01)
+    assert poll.error == "command exited with 3: broken"

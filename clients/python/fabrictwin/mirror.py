@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from fabrictwin.importers import FORMATS, FormatError, SampleColumns, columns_of, perfquery, prometheus
 from fabrictwin.importers.csv_samples import CsvSamples
+from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES
+from fabrictwin.scrape import fetch_command, fetch_url, why_failed
 from fabrictwin.v1 import telemetry_pb2
 
 __all__ = ["MirrorReport", "Poll", "follow_file", "poll_command", "poll_url", "run_mirror", "text_parser"]
@@ -130,34 +129,40 @@ def _parsed(parser: Parser, text: str, at: int) -> Poll:
 def poll_command(
     command: str, parser: Parser, interval_s: float, *, until: float | None = None
 ) -> Iterator[Poll]:
-    """Run `command` with /bin/sh every `interval_s`; its stdout is one poll's text."""
+    """Run `command` with /bin/sh every `interval_s`; its stdout is one poll's text.
+
+    As a mirror's command target (`fabrictwin.scrape.fetch_command`): in a session of its own, killed
+    with what it started when it times out (after the interval, at least 30 s) or prints more than
+    16 MiB, each a failed poll."""
+    timeout_s = max(interval_s, 30)
     for _ in _schedule(interval_s, until):
         at = time.time_ns()
         try:
-            done = subprocess.run(
-                ["/bin/sh", "-c", command], capture_output=True, text=True, timeout=max(interval_s, 30)
+            output = fetch_command(command, timeout_s, DEFAULT_MAX_SCRAPE_BYTES)
+        except Exception as exc:
+            why = why_failed(exc, timeout_s)
+            yield Poll(
+                at, [], f"command {why}" if why.startswith(("exited", "timed out")) else f"command: {why}"
             )
-        except subprocess.TimeoutExpired:
-            yield Poll(at, [], f"command timed out: {command}")
             continue
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or [""])[-1]
-            yield Poll(at, [], f"command exited with {done.returncode}: {last}")
-            continue
-        yield _parsed(parser, done.stdout, at)
+        yield _parsed(parser, output.decode("utf-8", errors="replace"), at)
 
 
 def poll_url(url: str, parser: Parser, interval_s: float, *, until: float | None = None) -> Iterator[Poll]:
-    """GET `url` every `interval_s`; the response body is one poll's text."""
+    """GET `url` every `interval_s`; the response body is one poll's text.
+
+    As a mirror's URL target (`fabrictwin.scrape.fetch_url`, asking for no format: exporters answer
+    text): whatever the server does (refuses, answers garbage, cuts the body short, sends more than
+    16 MiB, takes longer than the interval, at least 10 s) is a failed poll."""
+    timeout_s = max(interval_s, 10)
     for _ in _schedule(interval_s, until):
         at = time.time_ns()
         try:
-            with urllib.request.urlopen(url, timeout=max(interval_s, 10)) as response:
-                text = response.read().decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError) as exc:
-            yield Poll(at, [], f"cannot fetch {url}: {exc}")
+            body, _ = fetch_url(url, timeout_s, DEFAULT_MAX_SCRAPE_BYTES, accept=None)
+        except Exception as exc:
+            yield Poll(at, [], f"cannot fetch {url}: {why_failed(exc, timeout_s)}")
             continue
-        yield _parsed(parser, text, at)
+        yield _parsed(parser, body.decode("utf-8", errors="replace"), at)
 
 
 def follow_file(

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES, TargetConfig
 
 __all__ = ["ACCEPT", "DEFAULT_MAX_SCRAPE_BYTES", "MAX_BACKOFF_INTERVALS", "ScrapeError", "ScrapeResult",
-           "Scraper", "fetch_command", "fetch_url"]  # fmt: skip
+           "Scraper", "fetch_command", "fetch_url", "why_failed"]  # fmt: skip
 
 MAX_BACKOFF_INTERVALS = 8
 # The exposition formats a URL target is asked for, most wanted first: protobuf (delimited
@@ -76,15 +76,19 @@ class ScrapeResult:
         return self.body.decode("utf-8", errors="replace")
 
 
-def fetch_url(url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES) -> tuple[bytes, str]:
-    """The body of `url` and its Content-Type; ScrapeError (or OSError, HTTPException) if it fails.
+def fetch_url(
+    url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES, accept: str | None = ACCEPT
+) -> tuple[bytes, str]:
+    """The body of `url` and its Content-Type; ScrapeError (or OSError, HTTPException) if it fails
+    (`why_failed` says why in words).
 
     The body is read in pieces: past `max_bytes` (or a Content-Length above it) the read stops, and
     so it does when `timeout_s` has passed since the request (each socket operation also has that
     timeout). A body shorter than its Content-Length is refused, not passed on as a shorter scrape.
+    `accept`: the formats asked for (None: no Accept header, which exporters answer with text).
     """
     deadline = time.monotonic() + timeout_s
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT})
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         content_type = response.headers.get("Content-Type", "")
         announced = response.headers.get("Content-Length", "").strip()
@@ -214,6 +218,21 @@ def _http_problem(exc: http.client.HTTPException) -> str:
     return f"bad HTTP response: {text}"[:300].replace("\r", "\\r").replace("\n", "\\n")
 
 
+def why_failed(exc: Exception, timeout_s: float) -> str:
+    """Why a fetch (`fetch_url`, `fetch_command`) failed, in words, on one line."""
+    if isinstance(exc, ScrapeError):
+        return str(exc)
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, http.client.HTTPException):  # not HTTP, a chunked body cut short, ...: no OSError
+        return _http_problem(exc)
+    if isinstance(exc, urllib.error.URLError | OSError | ValueError):
+        reason = getattr(exc, "reason", exc)
+        return f"timed out after {timeout_s:g} s" if "timed out" in str(reason) else str(reason)[:200]
+    # Anything else a target can provoke is still only that target's failure.
+    return f"unexpected {type(exc).__name__}: {exc}"[:300]
+
+
 def _scrape_one(target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
     at = time.time_ns()
     started = time.monotonic()
@@ -222,20 +241,9 @@ def _scrape_one(target: TargetConfig, timeout_s: float, max_bytes: int) -> Scrap
             body, content_type = fetch_url(target.url, timeout_s, max_bytes)
         else:
             body, content_type = fetch_command(target.command, timeout_s, max_bytes), ""
-    except ScrapeError as exc:
-        error = str(exc)
-    except urllib.error.HTTPError as exc:
-        error = f"HTTP {exc.code} {exc.reason}"
-    except http.client.HTTPException as exc:  # not HTTP, a chunked body cut short, ...: no OSError
-        error = _http_problem(exc)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        error = f"timed out after {timeout_s:g} s" if "timed out" in str(reason) else str(reason)[:200]
-    except Exception as exc:  # anything else a target can provoke is still only that target's failure
-        error = f"unexpected {type(exc).__name__}: {exc}"[:300]
-    else:
-        return ScrapeResult(target, at, body, content_type, seconds=time.monotonic() - started)
-    return ScrapeResult(target, at, error=error, seconds=time.monotonic() - started)
+    except Exception as exc:
+        return ScrapeResult(target, at, error=why_failed(exc, timeout_s), seconds=time.monotonic() - started)
+    return ScrapeResult(target, at, body, content_type, seconds=time.monotonic() - started)
 
 
 class Scraper:
