@@ -94,3 +94,23 @@ def test_node_exporter_serves_protobuf_when_asked_and_it_reads_as_its_text(node_
     assert from_protobuf and all("rx_bytes" in r.values and "tx_packets" in r.values for r in from_protobuf)
     for earlier, later in zip(from_protobuf, from_text, strict=True):
         assert all(earlier.values[m][0] <= later.values[m][0] for m in earlier.values)
+
+
+def test_node_exporter_scrapes_read_by_plans_as_decoded(node_exporter, monkeypatch):
+    """Its families keep their layout from one scrape to the next: from the third on they are read
+    by their plans (prometheus.ProtobufPlans, made at the second), exactly as decoding reads them."""
+    decoded: list[bytes] = []
+    real = prometheus._decoded
+    monkeypatch.setattr(prometheus, "_decoded", lambda *a: decoded.append(a[0]) or real(*a))
+    plans = prometheus.ProtobufPlans()
+    options = {"where": "host", "node": "host", "device_port_name": "{node}/{device}"}
+    ports = []
+    for _ in range(4):
+        body, _ = fetch_url(node_exporter, 10)
+        without = prometheus.parse_protobuf(body, 1, **options)
+        ports.append([reading.port for reading in without])
+        decoded.clear()
+        assert prometheus.parse_protobuf(body, 1, plans=plans, **options) == without
+    assert len(plans) >= 5  # receive and transmit bytes, packets, errs, drop, ...: one per mapped family
+    if ports[1] == ports[2] == ports[3]:  # (an interface that came or went since changes the layout)
+        assert decoded == []  # the fourth scrape: every mapped family read by its plan
