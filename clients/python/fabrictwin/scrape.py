@@ -8,9 +8,11 @@ target that fails is reported with why, and skipped for the next 1, 2, 4, then 8
 interval; a success clears its back-off. One target failing never stops the others, whatever it
 does:
 
-- a URL: refused, timed out (`timeout_s` for the whole body, read in pieces), an HTTP error status,
-  an answer that is not HTTP (`bad HTTP response: BadStatusLine: ...`), a body cut short (a chunked
-  body that ends early, fewer bytes than its Content-Length: `truncated: N of M bytes`), a reset;
+- a URL: refused, timed out, an HTTP error status, an answer that is not HTTP (`bad HTTP response:
+  BadStatusLine: ...`), a body cut short (`truncated: N of M bytes` against its Content-Length,
+  `bad HTTP response: IncompleteRead(...)` for a chunked one), a reset. `timeout_s` bounds each
+  socket operation and the body as a whole (read in pieces); a server that trickles its status line
+  and headers a byte at a time is bounded only per operation (http.client reads those);
 - a command: a non-zero exit (`exited with 3: <last line of stderr>`), a timeout. It runs in a
   session of its own, and the whole process group is killed when it times out, prints too much, or
   ends leaving processes behind, so no scrape outlives its target's turn;
