@@ -113,9 +113,7 @@ def test_the_diagnosis_names_ecmp_pinning(executed):
     text = printed(executed["diagnosis"])
     first = text.splitlines()[0]
     assert first.startswith("ECMP_PINNING: ")
-    hot, idle = re.search(
-        r"(\d+) of \d+ links above 80% mean utilisation while (\d+) sit below 20%", first
-    ).groups()
+    hot, idle = re.search(r"(\d+) of \d+ links hot while (\d+) sit idle in the same window", first).groups()
     assert int(hot) > 0 and int(idle) > 0
     assert "pinned by ECMP" in text
 
