@@ -245,3 +245,42 @@ def test_the_telemetry_mirror_reports_a_garbage_url_or_an_endless_command_as_a_f
     assert poll.error == "command: more than 16777216 bytes of output"
     (poll,) = poll_command("echo broken >&2; exit 3", parser, 0.05, until=time.monotonic() + 0.01)
     assert poll.error == "command exited with 3: broken"
+
+
+# -- when a scrape is stamped -------------------------------------------------------------------------
+
+
+def _stamped(target: TargetConfig) -> tuple[int, int, int]:
+    """(asked, stamped, returned) wall-clock times of one scrape of `target`."""
+    scraper = Scraper(10)
+    try:
+        asked = time.time_ns()
+        (result,) = scraper.scrape([target])
+        returned = time.time_ns()
+    finally:
+        scraper.close()
+    assert not result.error, result.error
+    return asked, result.time_ns, returned
+
+
+def test_a_url_scrape_is_stamped_when_its_answer_began_not_when_it_was_asked():
+    """An exporter that takes 0.6 s to read its counters and then 0.6 s to send them: the counters are
+    those of the moment the answer began (a sample stamped at the ask put 1.6 s of bytes in a 1 s
+    interval on a busy machine)."""
+
+    def slow(conn: socket.socket) -> None:
+        time.sleep(0.6)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(BODY))
+        time.sleep(0.6)
+        conn.sendall(BODY)
+
+    with raw_server(slow) as address:
+        asked, stamped, returned = _stamped(url(address))
+    assert stamped - asked >= 0.6e9  # not before the answer
+    assert returned - stamped >= 0.6e9  # nor after the body came
+
+
+def test_a_command_scrape_is_stamped_at_its_first_output():
+    asked, stamped, returned = _stamped(command(f"sleep 0.6; printf '{BODY.decode()}'; sleep 0.6"))
+    assert stamped - asked >= 0.6e9
+    assert returned - stamped >= 0.6e9

@@ -6,8 +6,9 @@ A *reader* yields `Poll`s: the text of one poll parsed into columns, or the erro
 - `poll_url` fetches a URL every interval (a node_exporter's /metrics);
 - `follow_file` reads what is appended to a file, like `tail -f`, from its start.
 
-Texts without times of their own are stamped with the moment the poll started (the command ran,
-the URL was fetched, the appended text was read). `run_mirror` sends each poll as its own
+Texts without times of their own are stamped with the moment their answer began (the command's
+first output, the URL's status line and headers: when the counters were read, not when the poll was
+due), the appended text with when it was read. `run_mirror` sends each poll as its own
 IngestSamples call, so every poll is acknowledged (stored, duplicates, rejected) as it happens and a
 restarted service loses nothing: a poll sent again is stored once. A failed poll is reported and
 the mirror goes on with the next.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from fabrictwin.importers import FORMATS, FormatError, SampleColumns, columns_of, perfquery, prometheus
 from fabrictwin.importers.csv_samples import CsvSamples
 from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES
-from fabrictwin.scrape import fetch_command, fetch_url, why_failed
+from fabrictwin.scrape import fetch_command_timed, fetch_url_timed, why_failed
 from fabrictwin.v1 import telemetry_pb2
 
 __all__ = ["MirrorReport", "Poll", "follow_file", "poll_command", "poll_url", "run_mirror", "text_parser"]
@@ -138,7 +139,7 @@ def poll_command(
     for _ in _schedule(interval_s, until):
         at = time.time_ns()
         try:
-            output = fetch_command(command, timeout_s, DEFAULT_MAX_SCRAPE_BYTES)
+            output, at = fetch_command_timed(command, timeout_s, DEFAULT_MAX_SCRAPE_BYTES)
         except Exception as exc:
             why = why_failed(exc, timeout_s)
             yield Poll(
@@ -158,7 +159,7 @@ def poll_url(url: str, parser: Parser, interval_s: float, *, until: float | None
     for _ in _schedule(interval_s, until):
         at = time.time_ns()
         try:
-            body, _ = fetch_url(url, timeout_s, DEFAULT_MAX_SCRAPE_BYTES, accept=None)
+            body, _, at = fetch_url_timed(url, timeout_s, DEFAULT_MAX_SCRAPE_BYTES, accept=None)
         except Exception as exc:
             yield Poll(at, [], f"cannot fetch {url}: {why_failed(exc, timeout_s)}")
             continue

@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES, TargetConfig
 
 __all__ = ["ACCEPT", "DEFAULT_MAX_SCRAPE_BYTES", "MAX_BACKOFF_INTERVALS", "ScrapeError", "ScrapeResult",
-           "Scraper", "fetch_command", "fetch_url", "why_failed"]  # fmt: skip
+           "Scraper", "fetch_command", "fetch_command_timed", "fetch_url", "fetch_url_timed",
+           "why_failed"]  # fmt: skip
 
 MAX_BACKOFF_INTERVALS = 8
 # The exposition formats a URL target is asked for, most wanted first: protobuf (delimited
@@ -62,7 +63,9 @@ class ScrapeError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class ScrapeResult:
-    """One target's scrape: its body and Content-Type (or the error), and when it was taken."""
+    """One target's scrape: its body and Content-Type (or the error), and when it was taken: when its
+    answer began (`fetch_url_timed`, `fetch_command_timed`), the time its counters were read, not
+    when the poll was due or the thread got to it; a failure's, when it was tried."""
 
     target: TargetConfig
     time_ns: int
@@ -89,9 +92,20 @@ def fetch_url(
     timeout). A body shorter than its Content-Length is refused, not passed on as a shorter scrape.
     `accept`: the formats asked for (None: no Accept header, which exporters answer with text).
     """
+    body, content_type, _ = fetch_url_timed(url, timeout_s, max_bytes, accept)
+    return body, content_type
+
+
+def fetch_url_timed(
+    url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES, accept: str | None = ACCEPT
+) -> tuple[bytes, str, int]:
+    """`fetch_url`, and the wall-clock time (ns) its answer began: when the status line and headers
+    had come, the moment an exporter has read its counters (node_exporter and the Prometheus client
+    libraries read them on the request and say no time of their own), before the body's transfer."""
     deadline = time.monotonic() + timeout_s
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        answered = time.time_ns()
         content_type = response.headers.get("Content-Type", "")
         announced = response.headers.get("Content-Length", "").strip()
         length = (
@@ -113,7 +127,7 @@ def fetch_url(
                 raise ScrapeError(f"timed out after {timeout_s:g} s")
     if length is not None and size < length:
         raise ScrapeError(f"truncated: {size} of {length} bytes")
-    return b"".join(pieces), content_type
+    return b"".join(pieces), content_type, answered
 
 
 def _pidfd(pid: int) -> int:
@@ -144,6 +158,16 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 def fetch_command(command: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES) -> bytes:
     """The stdout of `/bin/sh -c command`; ScrapeError if it times out, exits non-zero or prints more
     than `max_bytes`. It runs in its own session; its process group is killed when it is done."""
+    return fetch_command_timed(command, timeout_s, max_bytes)[0]
+
+
+def fetch_command_timed(
+    command: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES
+) -> tuple[bytes, int]:
+    """`fetch_command`, and the wall-clock time (ns) its answer began: its first byte of output (a
+    command that prints nothing: when it ended). What it prints was read before it printed it, so
+    that is when the counters were read, give or take the command's own printing."""
+    answered = 0
     deadline = time.monotonic() + timeout_s
     process = subprocess.Popen(
         ["/bin/sh", "-c", command],
@@ -180,6 +204,7 @@ def fetch_command(command: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_S
                         elif key.data == "err":
                             stderr = (stderr + piece)[-_STDERR_KEPT:]
                         else:
+                            answered = answered or time.time_ns()
                             size += len(piece)
                             if size > max_bytes:
                                 raise ScrapeError(f"more than {max_bytes} bytes of output")
@@ -198,7 +223,7 @@ def fetch_command(command: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_S
     if returncode != 0:
         last = (stderr.decode("utf-8", errors="replace").strip().splitlines() or [""])[-1][:200]
         raise ScrapeError(f"exited with {returncode}: {last}")
-    return b"".join(pieces)
+    return b"".join(pieces), answered or time.time_ns()
 
 
 def _exit_status(process: subprocess.Popen[bytes]) -> int | None:
@@ -236,16 +261,16 @@ def why_failed(exc: Exception, timeout_s: float) -> str:
 
 
 def _scrape_one(target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
-    at = time.time_ns()
+    at = time.time_ns()  # a failure's time: when it was tried
     started = time.monotonic()
     try:
         if target.url:
-            body, content_type = fetch_url(target.url, timeout_s, max_bytes)
+            body, content_type, answered = fetch_url_timed(target.url, timeout_s, max_bytes)
         else:
-            body, content_type = fetch_command(target.command, timeout_s, max_bytes), ""
+            (body, answered), content_type = fetch_command_timed(target.command, timeout_s, max_bytes), ""
     except Exception as exc:
         return ScrapeResult(target, at, error=why_failed(exc, timeout_s), seconds=time.monotonic() - started)
-    return ScrapeResult(target, at, body, content_type, seconds=time.monotonic() - started)
+    return ScrapeResult(target, answered, body, content_type, seconds=time.monotonic() - started)
 
 
 class Scraper:
