@@ -19,6 +19,7 @@ from fabrictwin.replay import (
     nnls,
     observed_flows,
     payload_for_wire_bytes,
+    running_rate,
 )
 
 from services.telemetry.__main__ import build as build_telemetry
@@ -213,3 +214,13 @@ def test_rates_come_from_each_samples_own_interval_when_polls_are_late_or_slower
         assert item.rate_gbps == pytest.approx(units * UNIT * 8 / 1e9, rel=1e-6)
         wire = units * UNIT * (times[-1] - times[0]) / S
         assert item.size_bytes == pytest.approx(payload_for_wire_bytes(round(wire)), rel=1e-6)
+
+
+def test_the_running_rate_is_the_mean_over_the_intervals_a_flow_ran_through():
+    """Partly idle first and last intervals and the idle time around a flow are no part of its rate;
+    a sender that wobbles ran at its mean (a median of 9 for a flow that sent 10 a second)."""
+    nan = float("nan")
+    assert running_rate([0, 5, 9, 8, 13, 10, 3, 0]) == 10
+    assert running_rate([nan, 5, 9, 8, 13, 10, 3, nan]) == 10  # unknown intervals are not busy
+    assert running_rate([0, 4, 6, 0]) == 6  # too short to run through an interval: the median
+    assert running_rate([0, 0]) == running_rate([]) == 0

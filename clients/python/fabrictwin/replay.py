@@ -7,7 +7,7 @@ The twin earns trust by reproducing what the live fabric did before it explores 
    are the sum of the flows leaving by it, its received bytes the sum of those arriving, so the
    flows' bytes solve a non-negative least-squares system over all those counters (`nnls`), over the
    whole window for the sizes and step by step for the rates (each sample's bytes spread over the
-   interval since the sample before it; the median rate of the steps in which the flow ran). Flows
+   interval since the sample before it; `running_rate`: the mean over the steps it ran through). Flows
    the counters cannot tell apart (they cross exactly the same ports, or any combination the
    counters cannot separate) are named in `notes`; flows that cross the same ports share their
    bytes by `weights` (equal by default). `split="weights"` skips
@@ -48,6 +48,7 @@ __all__ = [
     "payload_for_wire_bytes",
     "port_totals",
     "replay",
+    "running_rate",
 ]
 
 AS_OBSERVED = "AS_OBSERVED"
@@ -109,19 +110,34 @@ class Replay:
         return rows
 
 
-def _active_rate_bps(times: Sequence[int], values: Sequence[float]) -> float:
-    """The median bit rate over the sampling intervals that carried traffic (a tenth of the busiest
-    or more), so the idle time around a burst and its partial first and last intervals do not dilute
-    the rate the sender ran at; 0 when fewer than two samples."""
-    rates = [
-        value * 8e9 / (time - previous)
-        for previous, time, value in zip(times, times[1:], values[1:], strict=False)
-        if time > previous and not math.isnan(value)
-    ]
-    if not rates:
+def running_rate(rates: Sequence[float]) -> float:
+    """The rate a sender ran at, from its rates interval by interval in time order (NaN: unknown).
+
+    Intervals that carried traffic (a tenth of the busiest or more) are busy; the flow ran the whole
+    of a busy interval whose neighbours are busy too, so the rate is the mean over those (a flow's
+    first and last intervals are partly idle, and the idle time around it is no part of its rate).
+    A flow too short to have such an interval: the median of its busy ones. 0 when none is busy."""
+    known = [r for r in rates if not math.isnan(r)]
+    peak = max(known, default=0.0)
+    if peak <= 0:
         return 0.0
-    busy = sorted(rate for rate in rates if rate >= 0.1 * max(rates))
-    return busy[len(busy) // 2] if busy else 0.0
+    busy = [not math.isnan(r) and r > 0 and r >= 0.1 * peak for r in rates]
+    inner = [
+        r for i, r in enumerate(rates) if busy[i] and 0 < i < len(rates) - 1 and busy[i - 1] and busy[i + 1]
+    ]
+    if inner:
+        return sum(inner) / len(inner)
+    ran = sorted(r for i, r in enumerate(rates) if busy[i])
+    return ran[len(ran) // 2]
+
+
+def _active_rate_bps(times: Sequence[int], values: Sequence[float]) -> float:
+    """The rate a port's samples say its traffic ran at (`running_rate` of each sample's own
+    interval); 0 when fewer than two samples."""
+    return running_rate([
+        value * 8e9 / (time - previous) if time > previous else math.nan
+        for previous, time, value in zip(times, times[1:], values[1:], strict=False)
+    ])  # fmt: skip
 
 
 def port_totals(
@@ -335,23 +351,20 @@ def observed_flows(
     complete = ~np.isnan(samples)
     totals = np.array([totals_by_key[key] for key in keys])
     sizes_by_group = nnls(merged, totals)
-    rates_by_group: list[list[float]] = [[] for _ in groups]
-    for t in range(samples.shape[1]):
+    rates_by_group: list[list[float]] = [[math.nan] * bins for _ in groups]
+    for t in range(bins):
         have = complete[:, t]
         if not have.any():
             continue
         amounts = nnls(merged[have], samples[have, t])
         for g, amount in enumerate(amounts.tolist()):
-            rates_by_group[g].append(amount * 8e9 / step_ns)
+            rates_by_group[g][t] = amount * 8e9 / step_ns
     observed = []
     sizes = [0] * len(flows)
     rates = [0.0] * len(flows)
     for g, group in enumerate(groups):
         share = sum(weights[f] for f in group)
-        busy = sorted(
-            r for r in rates_by_group[g] if r >= 0.1 * max(rates_by_group[g], default=0.0) and r > 0
-        )
-        rate = busy[len(busy) // 2] if busy else 0.0
+        rate = running_rate(rates_by_group[g])
         for f in group:
             sizes[f] = round(float(sizes_by_group[g]) * weights[f] / share)
             rates[f] = rate * weights[f] / share
