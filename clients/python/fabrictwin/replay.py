@@ -351,12 +351,16 @@ def observed_flows(
     complete = ~np.isnan(samples)
     totals = np.array([totals_by_key[key] for key in keys])
     sizes_by_group = nnls(merged, totals)
+    # A counter's error in a step is in proportion to its traffic (its sample stamped a little off,
+    # the other switches' a little otherwise): each row weighed by its traffic's inverse, so a small
+    # flow's rate comes from the ports only it crosses, not from a big one's busy uplink.
+    scale = 1.0 / np.maximum(totals, 1.0)
     rates_by_group: list[list[float]] = [[math.nan] * bins for _ in groups]
     for t in range(bins):
         have = complete[:, t]
         if not have.any():
             continue
-        amounts = nnls(merged[have], samples[have, t])
+        amounts = nnls(merged[have] * scale[have, None], samples[have, t] * scale[have])
         for g, amount in enumerate(amounts.tolist()):
             rates_by_group[g][t] = amount * 8e9 / step_ns
     observed = []
