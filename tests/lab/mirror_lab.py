@@ -5,10 +5,12 @@ and the real `fabrictwin mirror` CLI (a subprocess) against the lab's real lldpd
 kernel ECMP, and yields one dict per step, with what it measured. `tests/lab/test_lab_mirror.py`
 asserts on them; `make lab` (`python -m tests.lab`) prints them as JSON lines and a table.
 
-The traffic: h0->h2 and h1->h3 leave leaf0 with source ports the kernel hashes onto the same uplink
-(toward spine0), each at 43 Mb/s on 100 Mb/s links: that uplink runs at 86 % (hot) while leaf0's
-other uplink idles. h2->h0 and h3->h1 leave leaf1 on one uplink each. Source ports are chosen by
-asking the kernel (`ip route get`), which is what makes the collision certain whatever its hash seed.
+The traffic: four flows of rates 1:2:4:8 (a unit of 6 Mb/s on 100 Mb/s links). h0->h2 (1) and h1->h3
+(8) leave leaf0 with source ports the kernel hashes onto the same uplink (toward spine0): it runs
+at 54 %, nowhere near "hot" by an absolute 80 %, while leaf0's other uplink idles; h2->h0 (2) and
+h3->h1 (4) leave leaf1, which bridges its hosts (br0), on one uplink each. Source ports are chosen by
+asking the kernel (`ip route get`), which is what makes the collision certain whatever its hash
+seed. The replay infers each flow's rate from the counters (it is not told them).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from tests.lab.traffic import Flow
 
 FABRIC, SOURCE = "lab", "lab-live"
 LINK_MBIT = 100.0
-FLOW_MBIT = 43.0
+UNIT_MBIT = 6.0  # the flows run at 1, 2, 4 and 8 units
 FLOW_SECONDS = 8.0
 INTERVAL_S = 1.0
 UPLINKS = ("leaf0/p3", "leaf0/p4", "leaf1/p3", "leaf1/p4")
@@ -149,12 +151,15 @@ def _cable(link: Any) -> str:
     return f"{a}:{link.port_name_a}<->{b}:{link.port_name_b}"
 
 
+FLOW_UNITS = {("h0", "h2"): 1, ("h1", "h3"): 8, ("h2", "h0"): 2, ("h3", "h1"): 4}
+
+
 def _flows(lab: LeafSpineLab) -> list[Flow]:
     pairs = [("h0", "h2", "spine0"), ("h1", "h3", "spine0"), ("h2", "h0", "spine0"), ("h3", "h1", "spine1")]
     flows = []
     for src, dst, spine in pairs:
         (sport,) = lab.pick_source_ports(src, dst, spine, 1, start=49152 + 97 * len(flows))
-        flows.append(Flow(src, dst, sport, FLOW_MBIT))
+        flows.append(Flow(src, dst, sport, UNIT_MBIT * FLOW_UNITS[src, dst]))
     return flows
 
 
@@ -233,7 +238,12 @@ def run_mirror_lab(lab: LeafSpineLab, stack: Stack, workdir: pathlib.Path) -> It
             "step": "diagnose",
             "uplink_utilisation": {value.port: value.value for value in measured},
             "skew": [
-                {"max_over_mean": p.max_over_mean, "share_hot": p.share_hot, "share_idle": p.share_idle}
+                {
+                    "max_over_mean": p.max_over_mean,
+                    "share_hot": p.share_hot,
+                    "share_idle": p.share_idle,
+                    "pinned": p.pinned,
+                }
                 for p in skew
             ],
             "findings": [
@@ -242,24 +252,49 @@ def run_mirror_lab(lab: LeafSpineLab, stack: Stack, workdir: pathlib.Path) -> It
             "hot": list(pinning[0].ports) if pinning else [],
         }
 
-        # 4. Replay the same flows on the mirrored fabric: as observed, then sprayed and adaptive.
+        # 4. Replay the same flows on the mirrored fabric: as observed (rates inferred from the
+        # counters), then sprayed and adaptive.
         route_get = linux_route_get({node: f"ip netns exec {lab.namespace(node)}" for node in lab.nodes})
         live = [LiveFlow(f.src, f.dst, lab.host_ip(f.src), lab.host_ip(f.dst), f.sport) for f in flows]
         paths = [trace_path(links, flow, route_get) for flow in live]
-        observed, notes = observed_flows(client, SOURCE, FABRIC, live, paths, window_start, window_end)
+        observed, notes = observed_flows(
+            client, SOURCE, FABRIC, live, paths, window_start, window_end, step_ns=int(INTERVAL_S * 1e9)
+        )
         result = replay(client, FABRIC, observed, modes=("spray", "adaptive"), notes=notes)
+        # The live uplinks' mean utilisation while the flows ran: the bytes their counters carried in
+        # the window over the time the senders sent (the flows' own clock, as the replay's run).
+        ran_s = max(f.seconds for f in sent)
+        measured_util = {port: twin[port] * 8 / (ran_s * LINK_MBIT * 1e6) for port in UPLINKS}
         replay_errors = {
             port: abs(result.observed.port_bytes.get(port, 0) - twin[port]) / twin[port]
             for port in UPLINKS
             if twin[port] > 1e6
         }
+        util_errors = {
+            port: abs(result.observed.port_utilisation.get(port, 0.0) - measured_util[port])
+            / measured_util[port]
+            for port in UPLINKS
+            if measured_util.get(port, 0.0) > 0.01
+        }
+        sent_rate = {(f.flow.src, f.flow.dst): f.wire_bytes * 8 / f.seconds / 1e6 for f in sent}
         yield {
             "step": "replay",
             "paths": {f"{f.src}->{f.dst}:{f.sport}": list(p) for f, p in zip(flows, paths, strict=True)},
             "observed_sizes": [o.size_bytes for o in observed],
+            "inferred_mbit": {
+                f"{o.flow.source}->{o.flow.destination}": round(o.rate_gbps * 1e3, 3) for o in observed
+            },
+            "sent_mbit": {f"{src}->{dst}": round(rate, 3) for (src, dst), rate in sent_rate.items()},
+            "notes": list(notes),
             "uplink_bytes_as_observed": {port: result.observed.port_bytes.get(port, 0) for port in UPLINKS},
             "uplink_bytes_measured": {port: twin[port] for port in UPLINKS},
+            "uplink_utilisation_as_observed": {
+                port: result.observed.port_utilisation.get(port, 0.0) for port in UPLINKS
+            },
+            "uplink_utilisation_measured": {port: measured_util.get(port, 0.0) for port in UPLINKS},
+            "uplink_utilisation_sample_mean": {value.port: value.value for value in measured},
             "max_relative_error": max(replay_errors.values()),
+            "max_utilisation_error": max(util_errors.values()),
             "comparison": result.compare(UPLINKS),
             "uplink_bytes_by_mode": {
                 m.label: {port: m.port_bytes.get(port, 0) for port in UPLINKS} for m in result.modes
@@ -277,10 +312,14 @@ def run_mirror_lab(lab: LeafSpineLab, stack: Stack, workdir: pathlib.Path) -> It
             if state == 2:  # LINK_STATE_DOWN
                 break
             time.sleep(0.05)
+        # The poll that set it printed its line when it ended; lines of earlier polls may still be
+        # queued, so read on until one names the link (or the mirror has polled well past the down).
         changes: list[dict[str, Any]] = []
-        for _ in range(3):  # the poll that set it prints its line right after the call
-            changes += mirror.next("poll", 10)["link_changes"]
-            if changes:
+        deadline = time.monotonic() + 10 * INTERVAL_S + 10
+        while time.monotonic() < deadline:
+            said = mirror.next("poll", max(0.1, deadline - time.monotonic()))["link_changes"]
+            changes += said
+            if any(change["link"] == link.display_name for change in said):
                 break
         yield {
             "step": "link_down",

