@@ -3,7 +3,8 @@
 - ECMP pinning: links of one group far apart in the same window (services/common/pinning.py, the
   rule `telemetry skew` and the mirror apply too): the aggregate bandwidth is there but flows are
   pinned by the hash.
-- Lossy link: drops or receive/symbol errors on a link (a marginal transceiver).
+- Lossy link: drops or receive/symbol errors on a link (a marginal transceiver), or packets its
+  egress queue discarded (congestion: `tc` qdisc drops, PortXmitDiscards).
 
 The numbers come from the telemetry service (aggregated in SQL there); this module only judges them.
 """
@@ -109,26 +110,35 @@ def lossy_links(
     drops: Sequence[PortValue],
     window: Window | None = None,
     errors: Sequence[PortValue] = (),
+    discards: Sequence[PortValue] = (),
 ) -> list[Finding]:
-    """One finding per link that dropped (`drops`) or corrupted (`errors`: PortRcvErrors) packets in
-    the window, the worst first."""
+    """One finding per link that dropped (`drops`), corrupted (`errors`: PortRcvErrors) or discarded
+    on transmit (`discards`: its egress queue full) packets in the window, the worst first."""
     dropped = {p.port: p.value for p in drops if p.value > 0}
     corrupted = {p.port: p.value for p in errors if p.value > 0}
+    discarded = {p.port: p.value for p in discards if p.value > 0}
     lost = {
-        port: dropped.get(port, 0.0) + corrupted.get(port, 0.0) for port in dropped.keys() | corrupted.keys()
+        port: dropped.get(port, 0.0) + corrupted.get(port, 0.0) + discarded.get(port, 0.0)
+        for port in dropped.keys() | corrupted.keys() | discarded.keys()
     }
     findings: list[Finding] = []
     for port, value in sorted(lost.items(), key=lambda item: (-item[1], item[0])):
         what = [f"{dropped[port]:.0f} dropped"] if port in dropped else []
         what += [f"{corrupted[port]:.0f} receive errors"] if port in corrupted else []
+        what += [f"{discarded[port]:.0f} discarded by its egress queue"] if port in discarded else []
+        congested = discarded.get(port, 0.0) > dropped.get(port, 0.0) + corrupted.get(port, 0.0)
         finding = Finding(
             kind=FindingKind.LOSSY_LINK,
             severity=Severity.CRITICAL,
             ports=(port,),
             evidence=f"{value:.0f} packets lost on {port} in the window ({', '.join(what)})",
             suggestion=(
-                "Check the transceiver and cable of this link (symbol errors, BER); with RoCEv2 every "
-                "drop costs a Go-Back-N resend of the window."
+                "The port's egress queue overflowed: more was sent through it than it carries. For "
+                "RoCEv2 make the priority lossless (PFC) with ECN marking before the queue fills, or "
+                "spread the load (the flows pinned on it); every drop costs a Go-Back-N resend."
+                if congested
+                else "Check the transceiver and cable of this link (symbol errors, BER); with RoCEv2 "
+                "every drop costs a Go-Back-N resend of the window."
             ),
             window=window,
         )

@@ -33,6 +33,7 @@ _MEASURES = {
     Measure.MEAN_UTILISATION: (telemetry_pb2.METRIC_UTILISATION, telemetry_pb2.AGGREGATION_AVG),
     Measure.TOTAL_DROPS: (telemetry_pb2.METRIC_DROPS, telemetry_pb2.AGGREGATION_SUM),
     Measure.TOTAL_RECEIVE_ERRORS: (telemetry_pb2.METRIC_RCV_ERRORS, telemetry_pb2.AGGREGATION_SUM),
+    Measure.TOTAL_XMIT_DISCARDS: (telemetry_pb2.METRIC_XMIT_DISCARDS, telemetry_pb2.AGGREGATION_SUM),
 }
 
 

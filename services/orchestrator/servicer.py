@@ -340,15 +340,20 @@ class ScenarioServicer(scenario_pb2_grpc.ScenarioServiceServicer):
         window = window_from_proto(request.time_range) if request.HasField("time_range") else None
         rule = PinningRule.of(request.hot_above, request.idle_below, request.max_over_mean, request.spread)
         ports = list(request.ports)
-        utilisation, drops, errors = [
-            await self.telemetry.top_ports(request.source, measure, ports, window)
-            for measure in (Measure.MEAN_UTILISATION, Measure.TOTAL_DROPS, Measure.TOTAL_RECEIVE_ERRORS)
+        measures = (
+            Measure.MEAN_UTILISATION,
+            Measure.TOTAL_DROPS,
+            Measure.TOTAL_RECEIVE_ERRORS,
+            Measure.TOTAL_XMIT_DISCARDS,
+        )
+        utilisation, drops, errors, discards = [
+            await self.telemetry.top_ports(request.source, measure, ports, window) for measure in measures
         ]
         findings: list[diagnosis.Finding] = []
         pinning = diagnosis.ecmp_pinning(utilisation, window, rule)
         if pinning is not None:
             findings.append(pinning)
-        findings.extend(diagnosis.lossy_links(drops, window, errors))
+        findings.extend(diagnosis.lossy_links(drops, window, errors, discards))
         findings.sort(key=lambda f: -f.severity)
         return scenario_pb2.Diagnosis(source=request.source, findings=[finding_to_proto(f) for f in findings])
 

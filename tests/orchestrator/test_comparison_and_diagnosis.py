@@ -126,6 +126,19 @@ def test_receive_errors_make_a_link_lossy_even_without_drops_and_add_up_with_the
     )
 
 
+def test_packets_an_egress_queue_discarded_make_a_lossy_link_that_points_at_congestion():
+    """tc's qdisc drops (node_exporter's qdisc collector) or PortXmitDiscards: lost on the port
+    though its cable is fine."""
+    findings = lossy_links(ports({}), discards=ports({"leaf0/p3": 1431.0, "leaf0/p4": 0.0}))
+    (finding,) = findings
+    assert finding.ports == ("leaf0/p3",)
+    assert "1431 packets lost on leaf0/p3" in finding.evidence
+    assert "1431 discarded by its egress queue" in finding.evidence
+    assert "egress queue overflowed" in finding.suggestion and "transceiver" not in finding.suggestion
+    (cable,) = lossy_links(ports({"a": 5.0}), discards=ports({"a": 1.0}))
+    assert "transceiver" in cable.suggestion  # more dropped on receive than discarded: the cable
+
+
 def swept(label: str, size: int, makespan: int) -> ModeResult:
     outcome = Outcome(makespan_ns=makespan, ideal_completion_ns=makespan // 2, uplink_skew=Skew())
     return ModeResult(label, Opaque(), {"jobs.0.size_bytes": str(size)}, state=OK, outcome=outcome)

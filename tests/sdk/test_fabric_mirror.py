@@ -22,6 +22,7 @@ from fabrictwin.fabric_mirror import FabricMirror
 from fabrictwin.importers.prometheus import PROTOBUF_CONTENT_TYPE
 from fabrictwin.mirror_config import parse_mirror_config
 
+from services.orchestrator.__main__ import build as build_orchestrator
 from services.telemetry.__main__ import build as build_telemetry
 from services.topology.__main__ import build as build_topology
 from services.topology.formats.lldp import neighbour_documents
@@ -64,6 +65,10 @@ class Exporters:
         self.protobuf = False
         self.served: list[str] = []  # the Content-Type of every answer
         self.url = ""
+        self.clock = time.monotonic  # a device's `tx_per_s` adds that many bytes a second to its tx
+
+    def _tx(self, values: dict[str, float]) -> float:
+        return values["tx"] + values.get("tx_per_s", 0.0) * self.clock()
 
     def families(self, node: str) -> list[Family]:
         """What `text` says, as families (for the protobuf format)."""
@@ -73,7 +78,11 @@ class Exporters:
             return [({"device": d}, values[key], None) for d, values in devices if key in values]
 
         families: list[Family] = [
-            ("node_network_transmit_bytes_total", "counter", [*of("tx"), ({"device": "lo"}, 12345, None)]),
+            (
+                "node_network_transmit_bytes_total",
+                "counter",
+                [*(({"device": d}, self._tx(v), None) for d, v in devices), ({"device": "lo"}, 12345, None)],
+            ),
             ("node_network_receive_bytes_total", "counter", of("rx")),
             (
                 "node_network_speed_bytes",
@@ -82,6 +91,11 @@ class Exporters:
             ),
             ("node_network_receive_errs_total", "untyped", of("errs")),
             ("node_network_carrier_down_changes_total", "untyped", of("downs")),
+            (
+                "node_qdisc_drops_total",
+                "counter",
+                [({"device": d, "kind": "tbf"}, v["qdrops"], None) for d, v in devices if "qdrops" in v],
+            ),
         ]
         info = [
             (
@@ -105,13 +119,15 @@ class Exporters:
         ]
         for device, values in sorted(self.devices.get(node, {}).items()):
             label = f'device="{device}"'
-            lines.append(f"node_network_transmit_bytes_total{{{label}}} {values['tx']:.0f}")
+            lines.append(f"node_network_transmit_bytes_total{{{label}}} {self._tx(values):.0f}")
             lines.append(f"node_network_receive_bytes_total{{{label}}} {values['rx']:.0f}")
             lines.append(f"node_network_speed_bytes{{{label}}} {GBPS * 1e9 / 8:.0f}")
             if "errs" in values:
                 lines.append(f"node_network_receive_errs_total{{{label}}} {values['errs']:.0f}")
             if "downs" in values:
                 lines.append(f"node_network_carrier_down_changes_total{{{label}}} {values['downs']:.0f}")
+            if "qdrops" in values:
+                lines.append(f'node_qdisc_drops_total{{{label},kind="tbf"}} {values["qdrops"]:.0f}')
             state = "up" if values.get("up", 1) else "down"
             lines.append(f'node_network_info{{address="",broadcast="",{label},operstate="{state}"}} 1')
         lines.append('node_network_transmit_bytes_total{device="lo"} 12345')
@@ -270,6 +286,59 @@ def test_with_a_health_table_the_mirror_marks_erring_links_degraded_and_dropped_
         assert mirror.poll().health_changes == []  # said once
     finally:
         mirror.close()
+
+
+def test_with_a_diagnosis_table_the_mirror_finds_pinning_and_queue_drops_with_the_rules_thresholds(
+    services, exporters, tmp_path
+):
+    """[diagnosis]: the orchestrator's Diagnose after each poll, on the uplinks, with the pinning
+    rule's thresholds from the table: leaf-0's spine-0 uplink at ~52% beside its idle spine-1 uplink
+    (and leaf-1's at ~8%) is pinned, the tbf drops on it a lossy link; a stricter max/mean finds no
+    pinning in the same counters."""
+    data = str(tmp_path / "orchestrator")
+    orchestrator_config = config(
+        "orchestrator",
+        data,
+        topology_address=services["topology"],
+        telemetry_address=services["telemetry"],
+        simulator_addresses="127.0.0.1:1",
+    )
+    write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
+    start_counters(exporters)
+    exporters.devices["leaf-0"]["swp3"]["qdrops"] = 0
+    table = '\n[diagnosis]\nwindow_s = 3600\nports = ["group:uplinks"]\n'
+    with (
+        BackgroundServer(build_orchestrator, orchestrator_config) as orchestrator,
+        Client(**services, orchestrator=orchestrator.address) as client,
+    ):
+        found = {}
+        for name, extra in (("default", ""), ("strict", "max_over_mean = 3.5\n")):
+            text = mirror_config(exporters, tmp_path / "lldp") + table + extra
+            text = text.replace('source = "ls-live"', f'source = "ls-{name}"')
+            mirror = FabricMirror(client, parse_mirror_config(text))
+            try:
+                mirror.start()
+                uplinks = (("leaf-0", "swp3", 0.52), ("leaf-1", "swp3", 0.08), ("leaf-1", "swp4", 0.1))
+                for node, device, share in uplinks:  # sending at that share of the link, from now on
+                    exporters.devices[node][device]["tx_per_s"] = share * GBPS * 1e9 / 8
+                mirror.poll()
+                time.sleep(0.5)
+                exporters.devices["leaf-0"]["swp3"]["qdrops"] += 1431
+                found[name] = mirror.poll()
+                for node, device, _ in uplinks:
+                    del exporters.devices[node][device]["tx_per_s"]
+            finally:
+                mirror.close()
+    default = found["default"]
+    assert default.diagnosis_error == ""
+    kinds = {finding.kind: finding for finding in default.findings or []}
+    assert set(kinds) == {"ECMP_PINNING", "LOSSY_LINK"}, default.findings
+    pinning = kinds["ECMP_PINNING"].evidence
+    assert "hot: leaf-0/p3 (52%)" in pinning and "leaf-0/p4 (0%), leaf-1/p3 (8%)" in pinning, pinning
+    assert kinds["LOSSY_LINK"].ports == ["leaf-0/p3"]
+    assert "1431 discarded by its egress queue" in kinds["LOSSY_LINK"].evidence
+    strict = {finding.kind for finding in found["strict"].findings or []}
+    assert strict == {"LOSSY_LINK"}  # max/mean 52 / 17.5 = 3.0 < 3.5
 
 
 def test_a_hanging_or_malformed_target_is_reported_and_backed_off_while_the_others_are_stored(
@@ -535,6 +604,11 @@ def test_mirror_config_mistakes_name_the_key(tmp_path):
         base + "[lldp]\ndirectory = '/x'\n[health]\nber_threshold = 1.5\n": "health.ber_threshold: must",
         base + "[lldp]\ndirectory = '/x'\n[health]\nwindow_s = 0\n": "health.window_s: must be > 0",
         base + "[lldp]\ndirectory = '/x'\n[health]\nwindow = 5\n": "health.window: unknown key",
+        base
+        + "[lldp]\ndirectory = '/x'\n[diagnosis]\nhot_above = 80\n": "diagnosis.hot_above: a utilisation",
+        base + "[lldp]\ndirectory = '/x'\n[diagnosis]\nmax_over_mean = 0.5\n": "max_over_mean: at least 1",
+        base + "[lldp]\ndirectory = '/x'\n[diagnosis]\nports = []\n": "diagnosis.ports: must be a list",
+        base + "[lldp]\ndirectory = '/x'\n[diagnosis]\nthreshold = 1\n": "diagnosis.threshold: unknown key",
     }
     for text, expected in cases.items():
         with pytest.raises(InvalidArgumentError) as caught:

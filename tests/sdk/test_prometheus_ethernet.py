@@ -275,6 +275,18 @@ def test_the_physical_port_counters_win_in_either_order():
     assert prometheus.parse(ethtool_first, 0)[0].values["drops"] == (17, K64)
 
 
+def test_the_root_qdiscs_drops_are_the_ports_transmit_discards_winning_over_the_drivers():
+    """node_exporter --collector.qdisc: what tc's tbf dropped on a hot port (invisible before)."""
+    text = (
+        'node_network_transmit_drop_total{device="swp3"} 2\n'
+        'node_qdisc_drops_total{device="swp3",kind="tbf"} 1431\n'
+        'node_qdisc_drops_total{device="swp4",kind="fq_codel"} 0\n'
+    )
+    by_port = _by_port(prometheus.parse(text, 0))
+    assert by_port["swp3"].values == {"xmit_discards": (1431, K64)}
+    assert by_port["swp4"].values == {"xmit_discards": (0, K64)}
+
+
 def test_raw_ethtool_names_and_another_pfc_priority():
     text = (
         'node_ethtool_rx_prio0_pause{device="eth2"} 99\n'

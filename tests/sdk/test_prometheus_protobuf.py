@@ -48,6 +48,7 @@ SCRAPE: list[Family] = [
     ("node_ethtool_received_prio3_pause", "untyped", [(dev("swp1"), 11, None)]),
     ("node_ethtool_rx_prio3_pause_duration", "untyped", [(dev("swp1"), 2.5, None)]),
     ("node_ethtool_rx_discards_phy", "untyped", [(dev("swp1"), 4, None)]),  # wins over receive_drop
+    ("node_qdisc_drops_total", "counter", [({"device": "swp2", "kind": "tbf"}, 1431, None)]),
     ("node_ethtool_np_cnp_sent_total", "counter", [(dev("swp1"), 8, None)]),
     # InfiniBand, with timestamps: two readings of one series
     (

@@ -36,6 +36,10 @@ def _poll_line(report: PollReport) -> str:
         line += f"\n  health: link {change.link} {change.state}: {change.reason}"
     if report.health_error:
         line += f"\n  health not assessed: {report.health_error}"
+    for finding in report.findings or []:
+        line += f"\n  finding {finding.kind} ({finding.severity}): {finding.evidence}"
+    if report.diagnosis_error:
+        line += f"\n  not diagnosed: {report.diagnosis_error}"
     return line
 
 

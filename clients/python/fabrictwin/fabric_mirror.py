@@ -20,6 +20,11 @@
    source's last `health.window_s` of error and LinkDowned counters (`fabrictwin.link_health`),
    all changes in one SetLinkStates. A link the mirror holds DOWN because a port is operationally
    down is left to that rule.
+5. With a `[diagnosis]` table, after a poll (every `diagnosis.interval_s`): the orchestrator's
+   Diagnose over the last `diagnosis.window_s` of the source, on `diagnosis.ports`, with the ECMP
+   pinning rule's thresholds the table gives (the rule `scenario diagnose` and `telemetry skew`
+   apply): ECMP pinning and lossy links (drops, receive errors, and what the ports' queues
+   discarded) as findings in the poll's report. The client needs the orchestrator's address.
 
 Each step returns a report (what was scraped, stored, changed, and what failed) for the caller to
 print; nothing here prints.
@@ -50,9 +55,9 @@ from fabrictwin.mirror_config import MirrorConfig, TargetConfig
 from fabrictwin.names import resource_name
 from fabrictwin.scrape import Scraper, ScrapeResult
 from fabrictwin.telemetry import column_batches
-from fabrictwin.v1 import topology_pb2
+from fabrictwin.v1 import scenario_pb2, topology_pb2
 
-__all__ = ["CablingReport", "FabricMirror", "LinkChange", "PollReport"]
+__all__ = ["CablingReport", "FabricMirror", "LinkChange", "MirrorFinding", "PollReport"]
 
 MIRROR_OF = "fabrictwin.io/mirror-of"
 CABLING_VERSION = "fabrictwin.io/cabling-version"
@@ -65,6 +70,17 @@ class LinkChange:
     link: str
     state: str  # UP, DOWN or DEGRADED
     reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MirrorFinding:
+    """One thing the diagnosis found in the mirrored counters (`scenario_pb2.Finding`, in words)."""
+
+    kind: str  # ECMP_PINNING, LOSSY_LINK
+    severity: str  # INFO, WARNING, CRITICAL
+    ports: list[str]
+    evidence: str
+    suggestion: str
 
 
 @dataclasses.dataclass
@@ -86,6 +102,8 @@ class PollReport:
     link_changes: list[LinkChange] = dataclasses.field(default_factory=list)
     health_changes: list[LinkChange] = dataclasses.field(default_factory=list)  # from [health]
     health_error: str = ""  # the assessment failed this time (it is tried again next time)
+    findings: list[MirrorFinding] | None = None  # from [diagnosis]; None: not diagnosed this poll
+    diagnosis_error: str = ""  # the diagnosis failed this time (it is tried again next time)
     seconds: float = 0.0
     scrape_seconds: float = 0.0  # every target fetched (they run at once)
     parse_seconds: float = 0.0
@@ -213,6 +231,7 @@ class FabricMirror:
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
         self._pools: list[concurrent.futures.ProcessPoolExecutor] = []  # one process each
         self._next_health = 0.0  # monotonic time of the next health assessment
+        self._next_diagnosis = 0.0  # monotonic time of the next diagnosis
 
     # -- the fabric and the source --------------------------------------------------------------
 
@@ -478,8 +497,41 @@ class FabricMirror:
                 report.health_changes = self.assess_health()
             except FabricTwinError as exc:
                 report.health_error = str(exc)
+        diagnosis = self.config.diagnosis
+        if diagnosis is not None and time.monotonic() >= self._next_diagnosis:
+            self._next_diagnosis = time.monotonic() + diagnosis.interval_s
+            try:
+                report.findings = self.diagnose()
+            except FabricTwinError as exc:
+                report.diagnosis_error = str(exc)
         report.seconds = time.monotonic() - started
         return report
+
+    def diagnose(self) -> list[MirrorFinding]:
+        """What the last `diagnosis.window_s` of the source shows (module docstring, step 5)."""
+        diagnosis = self.config.diagnosis
+        assert diagnosis is not None
+        now = time.time_ns()
+        found = self.client.scenarios.diagnose(
+            self.source,
+            ports=list(diagnosis.ports),
+            start_ns=now - int(diagnosis.window_s * 1e9),
+            end_ns=now,
+            max_over_mean=diagnosis.max_over_mean,
+            spread=diagnosis.spread,
+            hot_above=diagnosis.hot_above,
+            idle_below=diagnosis.idle_below,
+        )
+        return [
+            MirrorFinding(
+                scenario_pb2.FindingKind.Name(f.kind).removeprefix("FINDING_KIND_"),
+                scenario_pb2.Severity.Name(f.severity).removeprefix("SEVERITY_"),
+                list(f.ports),
+                f.evidence,
+                f.suggestion,
+            )
+            for f in found.findings
+        ]
 
     def assess_health(self) -> list[LinkChange]:
         """Set the links' states the recent error counters call for (see the module docstring)."""

@@ -24,6 +24,15 @@ format = "prometheus"        # node_exporter (netdev, ethtool, infiniband) or sn
 # speed_gbps = 100           # the port speed, where the exporter reports none or the wrong one
 # port_name = "{node}/{device}"  # for fabrics that keep no interface names
 
+[diagnosis]                  # optional: findings from the stored counters, as `scenario diagnose`
+window_s = 60                # how far back each diagnosis reads
+interval_s = 60              # how often (default: every poll)
+ports = ["group:uplinks"]    # the ports judged together (names, globs, fabric groups)
+# max_over_mean = 1.5        # the ECMP pinning rule's thresholds (those of `telemetry skew` and
+# spread = 0.3               # `scenario diagnose`): pinned when max/mean and max - min reach these,
+# hot_above = 0.8            # or some ports run hot while others idle
+# idle_below = 0.2
+
 [health]                     # optional: link states from the error counters (fabrictwin.link_health)
 window_s = 900               # how far back each assessment reads
 ber_threshold = 1e-12        # DEGRADED above this estimated bit error rate
@@ -51,6 +60,7 @@ __all__ = [
     "DEFAULT_MAX_SCRAPE_BYTES",
     "MAX_CONFIG_CHARS",
     "MAX_CONFIG_DEPTH",
+    "DiagnosisConfig",
     "LldpConfig",
     "MirrorConfig",
     "TargetConfig",
@@ -68,7 +78,8 @@ _SCRAPE_BYTES_RANGE = (1024, 1024**3)
 MAX_CONFIG_CHARS = 8 * 1024 * 1024
 MAX_CONFIG_DEPTH = 32
 _TOP = {"fabric", "source", "interval_s", "timeout_s", "max_workers", "parse_workers", "max_scrape_bytes",
-        "lldp", "targets", "health"}  # fmt: skip
+        "lldp", "targets", "health", "diagnosis"}  # fmt: skip
+_DIAGNOSIS = {"window_s", "interval_s", "ports", "max_over_mean", "spread", "hot_above", "idle_below"}
 _HEALTH = {"window_s", "ber_threshold", "interval_s"}
 _LLDP = {"interval_s", "nodes", "command", "directory", "default_speed_gbps", "default_latency_ns", "routing",
          "timeout_s"}  # fmt: skip
@@ -115,6 +126,20 @@ class HealthConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DiagnosisConfig:
+    """Findings from the counters the mirror stores (the orchestrator's Diagnose): how far back, how
+    often, which ports, and the ECMP pinning rule's thresholds (0: the rule's default)."""
+
+    window_s: float = 60.0
+    interval_s: float = 0.0  # 0: after every poll
+    ports: tuple[str, ...] = ("group:uplinks",)
+    max_over_mean: float = 0.0
+    spread: float = 0.0
+    hot_above: float = 0.0
+    idle_below: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class MirrorConfig:
     """The whole file."""
 
@@ -128,6 +153,7 @@ class MirrorConfig:
     targets: tuple[TargetConfig, ...] = ()
     lldp: LldpConfig | None = None
     health: HealthConfig | None = None
+    diagnosis: DiagnosisConfig | None = None
 
     @property
     def target_timeout_s(self) -> float:
@@ -219,6 +245,31 @@ def _health(value: Any) -> HealthConfig:
         window_s=_positive(value, "window_s", "health.", 900.0),
         ber_threshold=float(threshold),
         interval_s=_positive(value, "interval_s", "health.", 0.0, zero=True),
+    )
+
+
+def _diagnosis(value: Any) -> DiagnosisConfig:
+    if not isinstance(value, dict):
+        raise InvalidArgumentError("diagnosis: must be a table ([diagnosis])")
+    _unknown(value, _DIAGNOSIS, "diagnosis")
+    where = "diagnosis."
+    ports = value.get("ports", ["group:uplinks"])
+    if not isinstance(ports, list) or not ports or not all(isinstance(p, str) and p for p in ports):
+        raise InvalidArgumentError("diagnosis.ports: must be a list of port names, globs or groups")
+    fractions = {}
+    for key in ("spread", "hot_above", "idle_below"):
+        fractions[key] = _positive(value, key, where, 0.0, zero=True)
+        if fractions[key] > 1:
+            raise InvalidArgumentError(f"{where}{key}: a utilisation in [0, 1], got {fractions[key]}")
+    ratio = _positive(value, "max_over_mean", where, 0.0, zero=True)
+    if 0 < ratio < 1:
+        raise InvalidArgumentError(f"{where}max_over_mean: at least 1 (max over mean), got {ratio}")
+    return DiagnosisConfig(
+        window_s=_positive(value, "window_s", where, 60.0),
+        interval_s=_positive(value, "interval_s", where, 0.0, zero=True),
+        ports=tuple(ports),
+        max_over_mean=ratio,
+        **fractions,
     )
 
 
@@ -317,6 +368,7 @@ def parse_mirror_config(text: str, where: str = "<mirror config>") -> MirrorConf
         targets=_targets(table.get("targets", [])),
         lldp=_lldp(table["lldp"]) if "lldp" in table else None,
         health=_health(table["health"]) if "health" in table else None,
+        diagnosis=_diagnosis(table["diagnosis"]) if "diagnosis" in table else None,
     )
     if not config.targets and config.lldp is None:
         raise InvalidArgumentError("targets: give at least one target, or an [lldp] table, or both")

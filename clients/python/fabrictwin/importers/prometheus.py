@@ -35,6 +35,7 @@ node_exporter, netdev and netclass collectors (label `device`: a Linux interface
     node_network_receive_packets_total        rx_packets
     node_network_receive_drop_total           drops        (ethtool rx_discards_phy wins, see below)
     node_network_transmit_drop_total          xmit_discards
+    node_qdisc_drops_total                    xmit_discards (wins: see below; qdisc collector)
     node_network_receive_errs_total           rcv_errors   (ethtool rx_crc_errors_phy wins)
     node_network_carrier_changes_total        carrier_changes
     node_network_carrier_down_changes_total   link_downed
@@ -42,6 +43,9 @@ node_exporter, netdev and netclass collectors (label `device`: a Linux interface
     node_network_info{operstate=...}          operational state
     node_network_up                           operational state, only where node_network_info is absent
 
+  The qdisc collector (off by default: `--collector.qdisc`) reports each device's root qdisc
+  (label `kind`: tbf, fq_codel, mq, ...); its drops are what the queue or shaper dropped on
+  transmit, which the driver's transmit_drop does not count, so they win where a device has both.
   `node_network_transmit_errs_total` is not mapped: it counts the host driver's transmit failures
   (aborted, FIFO, carrier, window errors), none of which is a twin metric.
 

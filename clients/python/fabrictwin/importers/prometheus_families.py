@@ -72,6 +72,7 @@ NETDEV_METRICS = {
     "node_network_carrier_changes_total": "carrier_changes",
     "node_network_carrier_down_changes_total": "link_downed",
 }
+QDISC_DROPS = "node_qdisc_drops_total"  # node_exporter --collector.qdisc: the root qdisc of each device
 NETDEV_SPEED = "node_network_speed_bytes"  # bytes/s; negative (-125000 for -1 Mb/s) when unknown
 NETDEV_UP = "node_network_up"  # 1 if operstate is "up", else 0 (also for "unknown")
 NETDEV_INFO = "node_network_info"  # label operstate
@@ -172,6 +173,9 @@ def rules(pfc_priority: int = 3) -> dict[str, Rule]:
     table[RATE_METRIC] = Rule("infiniband", "rate", scale=8)
     for name, metric in NETDEV_METRICS.items():
         table[_base(name)] = Rule("netdev", "counter", metric)
+    # The root qdisc's drops (the qdisc collector, labels device and kind): what tc's queue and shaper
+    # dropped on transmit, which netdev's transmit_drop (the driver's, after the qdisc) does not count.
+    table[_base(QDISC_DROPS)] = Rule("netdev", "counter", "xmit_discards", precedence=1)
     table[NETDEV_SPEED] = Rule("netdev", "rate", scale=8)
     table[NETDEV_UP] = Rule("netdev", "up")
     table[NETDEV_INFO] = Rule("netdev", "operstate", precedence=1)
