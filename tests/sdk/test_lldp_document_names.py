@@ -131,11 +131,6 @@ def test_the_mirror_imports_the_cabling_from_lldp_node_files(client, tmp_path):
         mirror.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fabric_mirror.py refresh_cabling() takes the nodes it heard from as the file names without "
-    "`.json` (`lldp.leaf-0`), so no cable is judged: it must take them from read_cabling(...).nodes",
-)
 def test_the_mirror_sees_a_neighbour_vanish_from_lldp_node_files(client, tmp_path):
     tables = write_tables(tmp_path / "lldp")
     mirror = FabricMirror(client, parse_mirror_config(mirror_text(tmp_path / "lldp")))

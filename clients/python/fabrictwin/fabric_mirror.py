@@ -50,7 +50,14 @@ from fabrictwin.importers import (
     prometheus,
 )
 from fabrictwin.link_health import apply_verdicts, assess
-from fabrictwin.lldp import LldpError, cable_name, collect_documents, read_cabling, read_documents
+from fabrictwin.lldp import (
+    LldpError,
+    cable_name,
+    collect_documents,
+    interface_ports,
+    read_cabling,
+    read_documents,
+)
 from fabrictwin.mirror_config import MirrorConfig, TargetConfig
 from fabrictwin.names import resource_name
 from fabrictwin.scrape import Scraper, ScrapeResult
@@ -195,19 +202,17 @@ class _FabricPorts:
     """The fabric's links as the mirror needs them: interface -> twin port, port -> link."""
 
     def __init__(self, links: Iterable[topology_pb2.Link]) -> None:
-        self.interfaces: dict[str, dict[str, str]] = {}  # node -> ifname -> `node/pN`
+        links = list(links)
+        # node -> ifname -> `node/pN`: as `fabrictwin telemetry import` names them (fabrictwin.port_names)
+        self.interfaces: dict[str, dict[str, str]] = interface_ports(links)
         self.link_of: dict[str, int] = {}  # `node/pN` -> link index
         self.names: dict[int, str] = {}
         self.state: dict[int, int] = {}
         self.cables: dict[str, int] = {}  # `a:if <-> b:if` -> link index
         for link in links:
             a, b = _short(link.node_a), _short(link.node_b)
-            ends = ((a, link.port_a, link.port_name_a), (b, link.port_b, link.port_name_b))
-            for node, port, ifname in ends:
-                twin = f"{node}/p{port}"
-                self.link_of[twin] = link.index
-                if ifname:
-                    self.interfaces.setdefault(node, {})[ifname] = twin
+            for node, port in ((a, link.port_a), (b, link.port_b)):
+                self.link_of[f"{node}/p{port}"] = link.index
             self.names[link.index] = link.display_name
             self.state[link.index] = link.state
             if link.port_name_a and link.port_name_b:
@@ -361,11 +366,12 @@ class FabricMirror:
         except FabricTwinError as exc:
             report.error = str(exc)
             return report
-        heard_from = {_short(name).removesuffix(".json") for name, _ in documents}
-        seen = self._parse_cabling(documents)
-        if isinstance(seen, str):
-            report.error = seen
+        try:
+            cabling = read_cabling(documents)
+        except LldpError as exc:
+            report.error = f"cannot read the LLDP tables: {exc.details}"
             return report
+        heard_from, seen = set(cabling.nodes), cabling.cable_names()
         known = set(self._ports.cables)
         # Only cables between nodes whose tables were read can be judged.
         judged = {
@@ -389,13 +395,6 @@ class FabricMirror:
             if self._set_by_mirror.get(link) == "LLDP neighbour vanished":
                 report.link_changes += self._set_state(link, "UP", "LLDP neighbour heard again")
         return report
-
-    def _parse_cabling(self, documents: list[tuple[str, str]]) -> set[str] | str:
-        """The cables the tables describe (`a:if <-> b:if`), or why they cannot be read."""
-        try:
-            return read_cabling(documents).cable_names()
-        except LldpError as exc:
-            return f"cannot read the LLDP tables: {exc.details}"
 
     def _new_version(self, documents: list[tuple[str, str]], report: CablingReport) -> None:
         base = self.config.fabric
