@@ -111,8 +111,9 @@ def parse_neighbors(text: str) -> dict[str, Neighbor]:
 
 
 def node_exporter_argv(namespace: str, binary: str) -> list[str]:
-    """node_exporter inside a switch namespace: only the netdev (byte/packet/drop counters) and netclass
-    (node_network_up, node_network_info{operstate}) collectors, on the namespace's own loopback."""
+    """node_exporter inside a switch namespace: only the netdev (byte/packet/drop counters), netclass
+    (node_network_up, node_network_info{operstate}) and qdisc (what each port's tbf dropped)
+    collectors, on the namespace's own loopback."""
     return in_netns(
         namespace,
         [
@@ -121,6 +122,7 @@ def node_exporter_argv(namespace: str, binary: str) -> list[str]:
             "--collector.disable-defaults",
             "--collector.netdev",
             "--collector.netclass",
+            "--collector.qdisc",
             "--web.disable-exporter-metrics",
         ],
     )

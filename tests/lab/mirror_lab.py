@@ -41,6 +41,8 @@ LINK_MBIT = 100.0
 UNIT_MBIT = 6.0  # the flows run at 1, 2, 4 and 8 units
 FLOW_SECONDS = 8.0
 INTERVAL_S = 1.0
+DIAGNOSIS_WINDOW_S = 5.0
+OVERLOAD_SECONDS = 4.0
 UPLINKS = ("leaf0/p3", "leaf0/p4", "leaf1/p3", "leaf1/p4")
 
 
@@ -51,7 +53,8 @@ def mirror_config(lab: LeafSpineLab) -> str:
     text = (
         f'fabric = "{FABRIC}"\nsource = "{SOURCE}"\ninterval_s = {INTERVAL_S}\ntimeout_s = 3\n\n'
         f"[lldp]\ninterval_s = 3600\ncommand = {json.dumps(lldp)}\nnodes = {json.dumps(list(lab.nodes))}\n"
-        f"default_speed_gbps = {LINK_MBIT / 1000}\n"
+        f"default_speed_gbps = {LINK_MBIT / 1000}\n\n"
+        f'[diagnosis]\nwindow_s = {DIAGNOSIS_WINDOW_S}\nports = ["group:uplinks"]\n'
     )
     for switch in lab.switches:
         # veth reports 10 Gb/s; the links are shaped to LINK_MBIT with tbf, which no exporter sees.
@@ -72,6 +75,7 @@ class MirrorProcess:
             "fabrictwin.cli",
             f"--topology={stack.address('topology')}",
             f"--telemetry={stack.address('telemetry')}",
+            f"--orchestrator={stack.address('orchestrator')}",
             "mirror",
             "--config",
             str(config),
@@ -301,7 +305,36 @@ def run_mirror_lab(lab: LeafSpineLab, stack: Stack, workdir: pathlib.Path) -> It
             },
         }
 
-        # 5. Take a leaf uplink down: the mirror marks its link DOWN.
+        # 5. Overload leaf0's spine0 uplink: h0 and h1 each send what their own link carries through
+        # it, twice what it carries, so its tbf drops; the mirror's diagnosis names it lossy, by the
+        # qdisc drops node_exporter reports, as many as tc counted.
+        heavy = [
+            Flow(src, dst, sport, 4 * LINK_MBIT, 1400)
+            for src, dst in (("h0", "h2"), ("h1", "h3"))
+            for sport in lab.pick_source_ports(src, dst, "spine0", 1, start=50_000)
+        ]
+        drops_before = lab.qdisc_drops("leaf0", "swp3")
+        overload_start = time.time_ns()
+        lab.start_udp_flows(heavy, OVERLOAD_SECONDS)
+        lab.wait_flows()
+        overload_end = time.time_ns()
+        polls = mirror.polls_after(overload_end, 2, 30)
+        drops = lab.qdisc_drops("leaf0", "swp3") - drops_before
+        after = client.scenarios.diagnose(
+            SOURCE, ports=["group:uplinks"], start_ns=overload_start, end_ns=time.time_ns()
+        )
+        yield {
+            "step": "overload",
+            "tc_drops": drops,
+            "findings": [
+                {"kind": f.kind, "ports": list(f.ports), "evidence": f.evidence, "suggestion": f.suggestion}
+                for f in after.findings
+            ],
+            "mirror_findings": [finding for poll in polls for finding in poll.get("findings") or []],
+            "mirror_diagnosis_errors": [poll["diagnosis_error"] for poll in polls if poll["diagnosis_error"]],
+        }
+
+        # 6. Take a leaf uplink down: the mirror marks its link DOWN.
         link = next(link for link in links if _cable(link).startswith("spine1:swp1<->leaf0:"))
         down_at = time.monotonic()
         lab.link_down("leaf0", "swp4")

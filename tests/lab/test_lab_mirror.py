@@ -88,6 +88,21 @@ def test_the_replay_as_observed_matches_the_measured_uplinks_and_spray_spreads_t
     assert rows["SPRAY"]["busiest_utilisation"] < rows["AS_OBSERVED"]["busiest_utilisation"] * 0.6
 
 
+def test_the_drops_of_an_overloaded_uplinks_tbf_are_a_lossy_link_finding_as_many_as_tc_counted(steps):
+    """Two hosts' worth of traffic pinned on one 100 Mb/s uplink: its tbf drops (tc counts them,
+    node_exporter's qdisc collector reports them); the diagnosis, and the mirror's own after each
+    poll, name the uplink lossy by its egress queue."""
+    found = steps["overload"]
+    assert found["tc_drops"] > 100, found  # the uplink was overloaded
+    lossy = [f for f in found["findings"] if f["kind"] == 2]  # FINDING_KIND_LOSSY_LINK
+    assert [f["ports"] for f in lossy] == [["leaf0/p3"]], found
+    assert f"{found['tc_drops']} discarded by its egress queue" in lossy[0]["evidence"], found
+    assert "egress queue overflowed" in lossy[0]["suggestion"]
+    assert not found["mirror_diagnosis_errors"], found
+    said = [f for f in found["mirror_findings"] if f["kind"] == "LOSSY_LINK"]
+    assert said and all(f["ports"] == ["leaf0/p3"] for f in said), found
+
+
 def test_a_leaf_uplink_taken_down_is_down_in_the_fabric_within_two_intervals(steps):
     found = steps["link_down"]
     assert found["state"] == 2  # LINK_STATE_DOWN
