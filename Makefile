@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BENCH ?=
+# Where `make bench` appends each result with its date, commit and CPU count (empty: nowhere).
+BENCH_RECORD ?= docs/results.jsonl
 
 .PHONY: venv proto lint test bench run lab clean
 
@@ -31,7 +33,7 @@ test: venv
 	$(PY) -m pytest
 
 bench: venv
-	$(PY) -m bench $(BENCH)
+	$(PY) -m bench $(if $(BENCH_RECORD),--record $(BENCH_RECORD)) $(BENCH)
 
 run: venv
 	$(PY) -m services.simulator.packet.warm_up  # at once when compiled; else before the services start
