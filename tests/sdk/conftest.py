@@ -97,3 +97,18 @@ def serve() -> Iterator[Callable[[Build, ServiceConfig], BackgroundServer]]:
     yield start
     for server in reversed(started):
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def services(tmp_path: Any) -> Iterator[dict[str, str]]:
+    """A topology and a telemetry service (maintenance off) on one data directory: their addresses."""
+    from services.telemetry.__main__ import build as build_telemetry
+    from services.topology.__main__ import build as build_topology
+
+    data = str(tmp_path / "data")
+    with BackgroundServer(build_topology, config("topology", data)) as topology:
+        telemetry_config = config(
+            "telemetry", data, topology_address=topology.address, extra={"maintenance_interval_seconds": 0}
+        )
+        with BackgroundServer(build_telemetry, telemetry_config) as telemetry:
+            yield {"topology": topology.address, "telemetry": telemetry.address}

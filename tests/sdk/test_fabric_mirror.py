@@ -23,8 +23,6 @@ from fabrictwin.importers.prometheus import PROTOBUF_CONTENT_TYPE
 from fabrictwin.mirror_config import parse_mirror_config
 
 from services.orchestrator.__main__ import build as build_orchestrator
-from services.telemetry.__main__ import build as build_telemetry
-from services.topology.__main__ import build as build_topology
 from services.topology.formats.lldp import neighbour_documents
 from services.topology.generators import leaf_spine
 
@@ -32,17 +30,6 @@ from .conftest import BackgroundServer, config
 from .exposition import Family, as_protobuf
 
 GBPS = 10  # the exporters' node_network_speed_bytes
-
-
-@pytest.fixture
-def services(tmp_path):
-    data = str(tmp_path / "data")
-    with BackgroundServer(build_topology, config("topology", data)) as topology:
-        telemetry_config = config(
-            "telemetry", data, topology_address=topology.address, extra={"maintenance_interval_seconds": 0}
-        )
-        with BackgroundServer(build_telemetry, telemetry_config) as telemetry:
-            yield {"topology": topology.address, "telemetry": telemetry.address}
 
 
 @pytest.fixture

@@ -19,23 +19,8 @@ from fabrictwin.errors import InvalidArgumentError
 from fabrictwin.fabric_mirror import FabricMirror
 from fabrictwin.mirror_config import parse_mirror_config
 
-from services.telemetry.__main__ import build as build_telemetry
-from services.topology.__main__ import build as build_topology
 from services.topology.formats.lldp import neighbour_documents
 from services.topology.generators import leaf_spine
-
-from .conftest import BackgroundServer, config
-
-
-@pytest.fixture
-def services(tmp_path):
-    data = str(tmp_path / "data")
-    with BackgroundServer(build_topology, config("topology", data)) as topology:
-        telemetry_config = config(
-            "telemetry", data, topology_address=topology.address, extra={"maintenance_interval_seconds": 0}
-        )
-        with BackgroundServer(build_telemetry, telemetry_config) as telemetry:
-            yield {"topology": topology.address, "telemetry": telemetry.address}
 
 
 @pytest.fixture

@@ -9,7 +9,10 @@ the fix, on a compact 61.6 MB table: 6.8 s, peak 778 MiB, 719 MiB after from 143
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
 import time
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -40,36 +43,45 @@ def _lldp_request(fabric_id: str, documents) -> pb.ImportFabricRequest:
     return request
 
 
-async def test_a_61_mb_document_is_refused_at_once_without_its_parse_staying_in_memory(tmp_path):
-    text = big_document(61_000_000)
+@contextlib.asynccontextmanager
+async def _warm_topology(
+    tmp_path,
+) -> AsyncIterator[tuple[subprocess.Popen, topology_pb2_grpc.TopologyServiceStub]]:
+    """A topology service process and a stub that sends 64 MiB messages, the LLDP importer and the
+    routing engine loaded and a fabric stored (`fabrics/small`)."""
     process, address, _ = _start_topology(tmp_path)
     try:
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
         async with grpc.aio.insecure_channel(address, options=options) as channel:
             topology = topology_pb2_grpc.TopologyServiceStub(channel)
-            # Warm up: the LLDP importer and the routing engine loaded, a fabric stored.
             await topology.ImportFabric(_lldp_request("small", neighbour_documents(leaf_spine(2, 2, 2))))
-            before = _memory_mib(process.pid)["VmRSS"]
-            started = time.monotonic()
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await topology.ImportFabric(_lldp_request("big", [("lldp.leaf0.json", text)]), timeout=60)
-            took = time.monotonic() - started
-            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert refused.value.details().startswith(
-                f"documents['lldp.leaf0.json']: {len(text):,} characters; one node's document may have"
-            )
-            await asyncio.sleep(0.5)
-            memory = _memory_mib(process.pid)
-            assert took < 3, f"refused in {took:.2f} s"
-            # No parse of it stays (+117 to +176 MiB measured: what malloc keeps of the request's
-            # buffers); the request itself is collected once the call has unwound (next test).
-            assert memory["VmRSS"] - before < 256, f"RSS {before:.0f} MiB before, {memory['VmRSS']:.0f} after"
-            assert memory["VmHWM"] - before < 320, f"peak {memory['VmHWM']:.0f} MiB from {before:.0f}"
-            # And it still serves.
-            await topology.GetFabric(pb.GetFabricRequest(name="fabrics/small"))
+            yield process, topology
     finally:
         process.kill()
         process.wait(5)
+
+
+async def test_a_61_mb_document_is_refused_at_once_without_its_parse_staying_in_memory(tmp_path):
+    text = big_document(61_000_000)
+    async with _warm_topology(tmp_path) as (process, topology):
+        before = _memory_mib(process.pid)["VmRSS"]
+        started = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await topology.ImportFabric(_lldp_request("big", [("lldp.leaf0.json", text)]), timeout=60)
+        took = time.monotonic() - started
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith(
+            f"documents['lldp.leaf0.json']: {len(text):,} characters; one node's document may have"
+        )
+        await asyncio.sleep(0.5)
+        memory = _memory_mib(process.pid)
+        assert took < 3, f"refused in {took:.2f} s"
+        # No parse of it stays (+117 to +176 MiB measured: what malloc keeps of the request's
+        # buffers); the request itself is collected once the call has unwound (next test).
+        assert memory["VmRSS"] - before < 256, f"RSS {before:.0f} MiB before, {memory['VmRSS']:.0f} after"
+        assert memory["VmHWM"] - before < 320, f"peak {memory['VmHWM']:.0f} MiB from {before:.0f}"
+        # And it still serves.
+        await topology.GetFabric(pb.GetFabricRequest(name="fabrics/small"))
 
 
 async def test_large_refused_requests_do_not_pile_up_in_memory(tmp_path):
@@ -78,23 +90,13 @@ async def test_large_refused_requests_do_not_pile_up_in_memory(tmp_path):
     added ~100 MiB for good (257 -> 768 MiB from the first to the sixth); now it stays within about
     one request of where the first left it (265 -> 265-391 MiB: what malloc keeps)."""
     text = big_document(61_000_000)
-    process, address, _ = _start_topology(tmp_path)
-    try:
-        options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-        async with grpc.aio.insecure_channel(address, options=options) as channel:
-            topology = topology_pb2_grpc.TopologyServiceStub(channel)
-            await topology.ImportFabric(_lldp_request("small", neighbour_documents(leaf_spine(2, 2, 2))))
-            after = []
-            for i in range(6):
-                fabric_id = "Not An Id!" if i % 2 == 0 else "big"
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await topology.ImportFabric(
-                        _lldp_request(fabric_id, [("lldp.leaf0.json", text)]), timeout=60
-                    )
-                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-                await asyncio.sleep(0.5)
-                after.append(_memory_mib(process.pid)["VmRSS"])
-            assert max(after[1:]) - after[0] < 250, f"RSS after each refusal: {[round(m) for m in after]} MiB"
-    finally:
-        process.kill()
-        process.wait(5)
+    async with _warm_topology(tmp_path) as (process, topology):
+        after = []
+        for i in range(6):
+            fabric_id = "Not An Id!" if i % 2 == 0 else "big"
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await topology.ImportFabric(_lldp_request(fabric_id, [("lldp.leaf0.json", text)]), timeout=60)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            await asyncio.sleep(0.5)
+            after.append(_memory_mib(process.pid)["VmRSS"])
+        assert max(after[1:]) - after[0] < 250, f"RSS after each refusal: {[round(m) for m in after]} MiB"
