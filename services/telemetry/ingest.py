@@ -3,9 +3,14 @@
 `store_batch` resolves port names to ids (creating new ports), turns cumulative counters into deltas
 against each port's last stored reading (and cumulative tx_bytes into utilisation where the port's
 link rate is known and no utilisation was sent), inserts the rows (a row already stored is a duplicate,
-never stored twice), keeps the source's sample count, newest time and metric mask, and recomputes
-roll-ups a late row touches. Anything wrong raises BatchRejected and the caller's transaction rolls
-the whole batch back.
+never stored twice), saves the newest readings (`counter_state`), keeps the source's sample count,
+newest time and metric mask, and recomputes roll-ups a late row touches. Anything wrong raises
+BatchRejected and the caller's transaction rolls the whole batch back.
+
+A batch with cumulative columns locks its source's row first, so the batches moving one source's
+counters commit one after the other, whichever client or replica sends them: each is converted
+against the readings of the one before, and a reading older than one already stored is refused as
+late instead of being counted again.
 """
 
 from __future__ import annotations
@@ -18,10 +23,19 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 
 from services.telemetry.batches import BatchRejected, PreparedBatch
+from services.telemetry.counter_state import (
+    CounterState,
+    CounterStates,
+    NewReadings,
+    load_counter_state,
+    save_counter_state,
+    stored_generation,
+)
 from services.telemetry.counters import counter_deltas
+from services.telemetry.queries import fetch_arrays
 from services.telemetry.rollups import refresh_rollups
-from services.telemetry.schema import counter_state, metric_bit, ports, samples, sources
-from services.telemetry.sql import dialect_insert, insert_samples, upsert_counter_state
+from services.telemetry.schema import metric_bit, ports, samples, sources
+from services.telemetry.sql import dialect_insert, insert_samples
 
 __all__ = ["StoredBatch", "store_batch"]
 
@@ -38,6 +52,7 @@ class StoredBatch:
     stored: int
     duplicates: int
     port_ids: dict[str, int]
+    counter_state: CounterState | None = None  # the source's counter state after the batch, if read
 
 
 def _port_ids(
@@ -80,55 +95,24 @@ def _already_stored(
 
 
 @dataclasses.dataclass(frozen=True)
-class _CounterState:
-    """New counter-state rows as columns: per cumulative metric, one array of each."""
-
-    port_id: list[np.ndarray] = dataclasses.field(default_factory=list)
-    metric: list[str] = dataclasses.field(default_factory=list)  # one name per row
-    time_ns: list[np.ndarray] = dataclasses.field(default_factory=list)
-    reading: list[np.ndarray] = dataclasses.field(default_factory=list)  # uint64
-
-
-@dataclasses.dataclass(frozen=True)
 class _Converted:
     keep: np.ndarray  # bool per prepared row: not a re-sent cumulative row
     values: dict[str, np.ndarray]  # per column, for the kept rows: amounts (deltas for cumulative ones)
     intervals: dict[str, np.ndarray]  # per cumulative column: ns since the previous reading, NaN if none
-    state: _CounterState  # each (port, metric)'s newest reading, to be saved
+    readings: NewReadings | None  # each port's newest reading per cumulative column, to be saved
 
 
 def _convert_cumulative(
-    connection: Connection, source_key: int, batch: PreparedBatch, port_ids: np.ndarray
+    connection: Connection, source_key: int, batch: PreparedBatch, port_ids: np.ndarray, state: CounterState
 ) -> _Converted:
-    """Deltas of the cumulative columns against each port's previous reading."""
+    """Deltas of the cumulative columns against each port's previous reading (in `state`)."""
     cumulative = [name for name, kind in batch.kinds.items() if kind.is_cumulative]
     if not cumulative:
-        return _Converted(
-            np.ones(batch.time_ns.shape[0], dtype=bool), dict(batch.values), {}, _CounterState()
-        )
-    n_ports = len(port_ids)
-    last_time = {name: np.full(n_ports, -1, dtype=np.int64) for name in cumulative}
-    last_reading = {name: np.zeros(n_ports, dtype=np.uint64) for name in cumulative}
-    state = sa.select(
-        counter_state.c.port_id, counter_state.c.metric, counter_state.c.time_ns, counter_state.c.reading
-    ).where(counter_state.c.source_key == source_key, counter_state.c.metric.in_(cumulative))
-    if n_ports <= _MAX_IN_LIST:
-        state = state.where(counter_state.c.port_id.in_(port_ids.tolist()))
-    rows = connection.execute(state).all()
-    if rows:
-        # Vectorised: a 1,000-switch poll reads back ~270k (port, metric) states.
-        stored_port, stored_metric, stored_time, stored_reading = (list(c) for c in zip(*rows, strict=True))
-        stored_port_id = np.array(stored_port, dtype=np.int64)
-        order = np.argsort(port_ids, kind="stable")
-        local = order[np.minimum(np.searchsorted(port_ids[order], stored_port_id), n_ports - 1)]
-        ours = port_ids[local] == stored_port_id
-        times = np.array(stored_time, dtype=np.int64)
-        readings = np.array(stored_reading, dtype=np.int64).view(np.uint64)
-        metrics = np.array(stored_metric, dtype=object)
-        for name in cumulative:
-            mine = ours & (metrics == name)
-            last_time[name][local[mine]] = times[mine]
-            last_reading[name][local[mine]] = readings[mine]
+        return _Converted(np.ones(batch.time_ns.shape[0], dtype=bool), dict(batch.values), {}, None)
+    slots = state.slots(port_ids)
+    last_time, last_reading = {}, {}
+    for name in cumulative:
+        last_time[name], last_reading[name] = state.last(name, slots)
 
     # Rows at or before a port's last reading are either re-sent (already stored: duplicates) or
     # late, and a late reading cannot be turned into a delta without rewriting the next one.
@@ -157,7 +141,7 @@ def _convert_cumulative(
     last[:-1] = first[1:]
     values = {name: column[keep] for name, column in batch.values.items()}
     intervals: dict[str, np.ndarray] = {}
-    new_state = _CounterState([], [], [], [])
+    newest: dict[str, np.ndarray] = {}
     for name in cumulative:
         readings = values[name]
         previous = np.empty_like(readings)
@@ -171,18 +155,26 @@ def _convert_cumulative(
         since[first] = time[first] - last_time[name][port[first]]
         since[~has_previous] = np.nan
         intervals[name] = since
-        new_state.port_id.append(port_ids[port[last]])
-        new_state.metric.extend([name] * int(last.sum()))
-        new_state.time_ns.append(time[last])
-        new_state.reading.append(readings[last])
-    return _Converted(keep, values, intervals, new_state)
+        newest[name] = readings[last]
+    new = NewReadings(port_ids[port[last]], time[last], newest) if last.any() else None
+    return _Converted(keep, values, intervals, new)
 
 
-def _port_rates(connection: Connection, batch: PreparedBatch, port_ids: np.ndarray) -> np.ndarray:
+def _port_rates(
+    connection: Connection, source_key: int, batch: PreparedBatch, port_ids: np.ndarray
+) -> np.ndarray:
     """Link rate of each port of the batch (bits/s, NaN unknown); rates sent with the batch are saved."""
-    query = sa.select(ports.c.id, ports.c.rate_bps).where(ports.c.id.in_(port_ids.tolist()))
-    stored = {port_id: rate for port_id, rate in connection.execute(query)}
-    rates = np.array([stored.get(port_id) or np.nan for port_id in port_ids.tolist()], dtype=np.float64)
+    query = sa.select(ports.c.id, sa.func.coalesce(ports.c.rate_bps, 0.0)).where(
+        ports.c.source_key == source_key
+    )
+    if len(port_ids) <= _MAX_IN_LIST:
+        query = query.where(ports.c.id.in_(port_ids.tolist()))
+    stored_id, stored_rate = fetch_arrays(connection, query.order_by(ports.c.id), ("i8", "f8"))
+    at = np.minimum(np.searchsorted(stored_id, port_ids), max(stored_id.shape[0] - 1, 0))
+    rates = np.full(port_ids.shape[0], np.nan)
+    if stored_id.shape[0]:
+        known = (stored_id[at] == port_ids) & (stored_rate[at] > 0)  # 0 or NULL: not known
+        rates[known] = stored_rate[at][known]
     if batch.port_rate_bps is not None:
         sent = batch.port_rate_bps > 0
         changed = sent & (batch.port_rate_bps != rates)
@@ -214,17 +206,13 @@ def _utilisation(converted: _Converted, rates: np.ndarray) -> np.ndarray | None:
     return utilisation
 
 
-def _save_counter_state(connection: Connection, source_key: int, state: _CounterState) -> None:
-    if not state.metric:
-        return
-    upsert_counter_state(
-        connection,
-        source_key,
-        np.concatenate(state.port_id),
-        state.metric,
-        np.concatenate(state.time_ns),
-        np.concatenate(state.reading),
-    )
+def _counter_state(connection: Connection, source_key: int, states: CounterStates) -> CounterState:
+    """The source's committed counter state: the one in memory if it is the newest stored, else read."""
+    generation = stored_generation(connection, source_key)
+    held = states.get(source_key, generation)
+    if held is not None:
+        return held
+    return load_counter_state(connection, source_key) if generation else CounterState.empty()
 
 
 def _update_source(connection: Connection, source_key: int, stored: int, newest: int, mask: int):
@@ -251,14 +239,18 @@ def store_batch(
     source_id: str,
     batch: PreparedBatch,
     known_ports: Mapping[int, Mapping[str, int]],
+    counter_states: CounterStates,
 ) -> StoredBatch:
     """Store a prepared batch inside the caller's transaction.
 
-    `known_ports` are port ids by source key that the caller has seen committed (a cache; may be empty).
+    `known_ports` are port ids by source key that the caller has seen committed (a cache; may be
+    empty); `counter_states` the committed counter states it holds (`StoredBatch.counter_state` is
+    the one to keep once this transaction commits).
     """
-    row = connection.execute(
-        sa.select(sources.c.key, sources.c.retained_from_ns).where(sources.c.id == source_id)
-    ).first()
+    source = sa.select(sources.c.key, sources.c.retained_from_ns).where(sources.c.id == source_id)
+    if batch.cumulative:  # one batch at a time moves a source's counters (see `counter_state`)
+        source = source.with_for_update()
+    row = connection.execute(source).first()
     if row is None:
         raise BatchRejected("source", f"sources/{source_id} does not exist")
     source_key, retained_from = int(row.key), int(row.retained_from_ns)
@@ -274,11 +266,12 @@ def store_batch(
             int(batch.batch_row[at]),
         )
     port_ids = _port_ids(connection, source_key, batch.port_names, known_ports.get(source_key, {}))
-    converted = _convert_cumulative(connection, source_key, batch, port_ids)
+    state = _counter_state(connection, source_key, counter_states) if batch.cumulative else None
+    converted = _convert_cumulative(connection, source_key, batch, port_ids, state or CounterState.empty())
     keep, values = converted.keep, converted.values
     derive = "tx_bytes" in converted.intervals and "utilisation" not in values
     if batch.port_rate_bps is not None or derive:
-        rates = _port_rates(connection, batch, port_ids)
+        rates = _port_rates(connection, source_key, batch, port_ids)
         if derive:
             utilisation = _utilisation(converted, rates[batch.port[keep]])
             if utilisation is not None:
@@ -286,7 +279,8 @@ def store_batch(
     stored_ports = port_ids[batch.port[keep]]
     stored_times = batch.time_ns[keep]
     stored = insert_samples(connection, source_key, stored_ports, stored_times, values)
-    _save_counter_state(connection, source_key, converted.state)
+    if state is not None and converted.readings is not None:
+        state = save_counter_state(connection, source_key, state, converted.readings)
     if stored:
         mask = 0
         for name in values:
@@ -305,4 +299,4 @@ def store_batch(
                 int(rolled_up_until),
             )
     names = dict(zip(batch.port_names, port_ids.tolist(), strict=True))
-    return StoredBatch(source_key, stored, batch.rows - stored, names)
+    return StoredBatch(source_key, stored, batch.rows - stored, names, state)

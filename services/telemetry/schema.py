@@ -23,6 +23,12 @@ Why the storage looks the way it does (the README's "Storage choices" says the s
 - `telemetry_rollups` keeps, per port and minute, count/sum/min/max of every metric. Queries with a
   step that is a multiple of a minute (and AVG, MIN, MAX, SUM) read them for whole minutes and raw
   samples only at the window's edges; the retention sweep deletes raw samples but keeps roll-ups.
+- `telemetry_counter_log` holds each port's last raw reading per cumulative metric, which turns the
+  next reading into a delta, as packed arrays: a row per batch (~5 MB for a 1,000-switch poll in
+  one INSERT), folded into one row when they grow. One row per (port, metric) cost a 1,000-switch
+  poll 247k rows read and upserted (2.1 s of its 3 s of ingest on SQLite, 4.7 s on PostgreSQL);
+  the service keeps the state in memory between batches and reads the rows only after a restart
+  or when another replica wrote the source (`counter_state`).
 - `telemetry_fabric_links` holds the links of a fabric version (ends, port numbers, tiers), copied
   from the topology service once, so port groups (`group:uplinks`) resolve without calling it again.
 """
@@ -38,7 +44,7 @@ __all__ = [
     "ROLLUP_AGGREGATES",
     "ROLLUP_NS",
     "column_for_metric",
-    "counter_state",
+    "counter_log",
     "fabric_links",
     "metadata",
     "metric_bit",
@@ -159,16 +165,18 @@ rollups = sa.Table(
     postgresql_partition_by="LIST (source_key)",
 )
 
-counter_state = sa.Table(
-    "telemetry_counter_state",
+# Each source's counter state (see `counter_state`): per row, the readings one batch made, or the
+# whole state; each column a packed little-endian array, entry i of every column one reading.
+counter_log = sa.Table(
+    "telemetry_counter_log",
     metadata,
     sa.Column("source_key", sa.Integer, nullable=False),
-    sa.Column("port_id", sa.Integer, nullable=False),
-    sa.Column("metric", sa.String(32), nullable=False),  # a METRIC_COLUMNS value
-    sa.Column("time_ns", sa.BigInteger, nullable=False),  # time of the last reading
-    # The raw reading as stored bits: uint64 viewed as int64, so 64-bit counters stay exact.
-    sa.Column("reading", sa.BigInteger, nullable=False),
-    sa.PrimaryKeyConstraint("source_key", "port_id", "metric", name="pk_telemetry_counter_state"),
+    sa.Column("generation", sa.BigInteger, nullable=False),  # the batch's place among the source's
+    sa.Column("port_id", sa.LargeBinary, nullable=False),  # <i4
+    sa.Column("metric", sa.LargeBinary, nullable=False),  # <u1, fabrictwin.v1.Metric numbers
+    sa.Column("time_ns", sa.LargeBinary, nullable=False),  # <i8, the time of the reading
+    sa.Column("reading", sa.LargeBinary, nullable=False),  # <u8, the raw reading
+    sa.PrimaryKeyConstraint("source_key", "generation", name="pk_telemetry_counter_log"),
 )
 
 fabric_links = sa.Table(

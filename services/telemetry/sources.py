@@ -20,7 +20,7 @@ from services.common.resources import parse_name, validate_id
 from services.telemetry.fabric_links import delete_unused_links
 from services.telemetry.partitions import create_partitions, drop_partitions
 from services.telemetry.queries import QuerySource
-from services.telemetry.schema import counter_state, ports, rollups, samples, sources
+from services.telemetry.schema import counter_log, ports, rollups, samples, sources
 
 __all__ = [
     "SourceKind",
@@ -173,7 +173,7 @@ def delete_source(connection: Connection, source_id: str) -> int:
     if not drop_partitions(connection, current.key):
         for table in (samples, rollups):
             connection.execute(sa.delete(table).where(table.c.source_key == current.key))
-    for table in (counter_state, ports):
+    for table in (counter_log, ports):
         connection.execute(sa.delete(table).where(table.c.source_key == current.key))
     connection.execute(sa.delete(sources).where(sources.c.key == current.key))
     if current.fabric_version:

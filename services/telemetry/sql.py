@@ -30,9 +30,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateTable
 
 from services.telemetry.partitions import partition_name
-from services.telemetry.schema import METRIC_COLUMNS, counter_state, samples
+from services.telemetry.schema import METRIC_COLUMNS, samples
 
-__all__ = ["copy_rows", "dialect_insert", "insert_samples", "upsert_counter_state"]
+__all__ = ["copy_rows", "dialect_insert", "insert_samples"]
 
 _KEY = ("source_key", "port_id", "time_ns")
 
@@ -47,21 +47,6 @@ _staging = sa.Table(
     postgresql_on_commit="DELETE ROWS",
 )
 _CREATE_STAGING = str(CreateTable(_staging, if_not_exists=True).compile(dialect=postgresql.dialect()))
-# The same for counter state; the metric travels as its Metric number, so every COPY field is fixed-width.
-_state_staging = sa.Table(
-    "telemetry_counter_state_staging",
-    sa.MetaData(),
-    sa.Column("port_id", sa.Integer),
-    sa.Column("metric", sa.SmallInteger),
-    sa.Column("time_ns", sa.BigInteger),
-    sa.Column("reading", sa.BigInteger),
-    prefixes=["TEMPORARY"],
-    postgresql_on_commit="DELETE ROWS",
-)
-_CREATE_STATE_STAGING = str(
-    CreateTable(_state_staging, if_not_exists=True).compile(dialect=postgresql.dialect())
-)
-_METRIC_NUMBERS = {name: number for number, name in METRIC_COLUMNS.items()}
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)  # signature, flags, no extension
 _COPY_TRAILER = struct.pack("!h", -1)
 
@@ -89,104 +74,6 @@ def _sqlite_insert(columns: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     statement = sqlite.insert(samples).on_conflict_do_nothing(index_elements=list(_KEY))
     compiled = statement.compile(dialect=sqlite.pysqlite.dialect(), column_keys=[*_KEY, *columns])
     return compiled.string, tuple(compiled.positiontup or ())
-
-
-_STATE_KEYS = ("source_key", "port_id", "metric", "time_ns", "reading")
-
-
-def _keep_newest_reading(insert: Any) -> Any:
-    """The counter-state INSERT (SQLite's or PostgreSQL's) as an upsert that keeps the newer reading."""
-    return insert.on_conflict_do_update(
-        index_elements=["source_key", "port_id", "metric"],
-        set_={"time_ns": insert.excluded.time_ns, "reading": insert.excluded.reading},
-        where=insert.excluded.time_ns > counter_state.c.time_ns,  # never move a counter back in time
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def _counter_state_upsert() -> tuple[str, tuple[str, ...]]:
-    """SQLite driver SQL of the counter-state upsert, and its positional parameters' order."""
-    statement = _keep_newest_reading(sqlite.insert(counter_state))
-    compiled = statement.compile(dialect=sqlite.pysqlite.dialect(), column_keys=list(_STATE_KEYS))
-    return compiled.string, tuple(compiled.positiontup or ())
-
-
-def upsert_counter_state(
-    connection: Connection,
-    source_key: int,
-    port_id: np.ndarray,
-    metric: list[str],
-    time_ns: np.ndarray,
-    reading: np.ndarray,
-) -> None:
-    """Each (port, metric)'s last reading (uint64 bits in a BIGINT), unless a later one is stored.
-
-    A 1,000-switch poll writes ~270k of these rows. SQLite: one driver-level executemany with rows
-    zipped from numpy columns (SQLAlchemy's per-row parameter processing cost ~3 us a row).
-    PostgreSQL: binary COPY into a staging table and one INSERT ... SELECT ... ON CONFLICT DO UPDATE
-    (psycopg's pipelined executemany cost ~12 us a row).
-    """
-    if not metric:
-        return
-    if connection.dialect.name == "postgresql":
-        _upsert_state_by_staging(connection, source_key, port_id, metric, time_ns, reading)
-        return
-    sql, order = _counter_state_upsert()
-    columns = {
-        "source_key": itertools.repeat(source_key, len(metric)),
-        "port_id": port_id.tolist(),
-        "metric": metric,
-        "time_ns": time_ns.tolist(),
-        "reading": reading.view(np.int64).tolist(),
-    }
-    rows = list(zip(*(columns[name] for name in order), strict=False))
-    connection.exec_driver_sql(sql, rows)
-
-
-def _upsert_state_by_staging(
-    connection: Connection,
-    source_key: int,
-    port_id: np.ndarray,
-    metric: list[str],
-    time_ns: np.ndarray,
-    reading: np.ndarray,
-) -> None:
-    fields = [
-        ("count", ">i2"),
-        ("port_id_size", ">i4"),
-        ("port_id", ">i4"),
-        ("metric_size", ">i4"),
-        ("metric", ">i2"),
-        ("time_ns_size", ">i4"),
-        ("time_ns", ">i8"),
-        ("reading_size", ">i4"),
-        ("reading", ">i8"),
-    ]
-    rows = np.empty(len(metric), dtype=np.dtype(fields))
-    rows["count"] = 4
-    rows["port_id_size"], rows["port_id"] = 4, port_id
-    rows["metric_size"], rows["metric"] = 2, [_METRIC_NUMBERS[name] for name in metric]
-    rows["time_ns_size"], rows["time_ns"] = 8, time_ns
-    rows["reading_size"], rows["reading"] = 8, reading.view(np.int64)
-    driver = _psycopg(connection)
-    with driver.cursor() as cursor:
-        cursor.execute(_CREATE_STATE_STAGING)
-        cursor.execute(f"TRUNCATE {_state_staging.name}")
-        copy_sql = (
-            f"COPY {_state_staging.name} (port_id, metric, time_ns, reading) FROM STDIN (FORMAT BINARY)"
-        )
-        with cursor.copy(copy_sql) as copy:
-            copy.write(_COPY_HEADER + rows.tobytes() + _COPY_TRAILER)
-    staged = _state_staging.c
-    moved = sa.select(
-        sa.literal(source_key, sa.Integer),
-        staged.port_id,
-        sa.case(METRIC_COLUMNS, value=staged.metric),
-        staged.time_ns,
-        staged.reading,
-    )
-    insert = postgresql.insert(counter_state).from_select(list(_STATE_KEYS), moved)
-    connection.execute(_keep_newest_reading(insert))
 
 
 def _nullable(values: np.ndarray) -> list:

@@ -3,8 +3,8 @@
 One class over one SQLAlchemy engine, SQLite (laptop) or PostgreSQL (production); opening it
 migrates the database to head. Every method is blocking; the servicer runs them in threads. A
 database that cannot be reached raises `Unavailable` from any method (`availability`). Details
-live in `sources`, `batches` and `ingest` (writes), `selection`, `queries` and `diagnostics`
-(reads), `maintenance` (roll-ups and retention).
+live in `sources`, `batches`, `ingest` and `counter_state` (writes), `selection`, `queries` and
+`diagnostics` (reads), `maintenance` (roll-ups and retention).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from services.telemetry import sources as source_sql
 from services.telemetry.aggregates import Aggregation, PortSet
 from services.telemetry.availability import database_errors
 from services.telemetry.batches import BatchRejected, PreparedBatch, Rejection, batch_rows, prepare_batch
+from services.telemetry.counter_state import CounterStates
 from services.telemetry.counters import CounterKind
 from services.telemetry.diagnostics import LossHistory, Skew, loss_history, utilisation_skew
 from services.telemetry.fabric_links import load_links, save_links
@@ -119,6 +120,7 @@ class TelemetryStore:
         # Port ids by source key, learned from committed batches. A key is never reused and a port's
         # id never changes, so entries stay true on every replica sharing the database.
         self._port_ids: dict[int, dict[str, int]] = {}
+        self._counter_states = CounterStates()  # committed counter states by source key
         self._links: dict[tuple[str, int], FabricLinks] = {}  # fabric versions are immutable
 
     @classmethod
@@ -184,6 +186,7 @@ class TelemetryStore:
         with self._writing() as connection:
             key = source_sql.delete_source(connection, source_id)
         self._port_ids.pop(key, None)
+        self._counter_states.forget(key)
 
     # Ingest
 
@@ -206,7 +209,9 @@ class TelemetryStore:
         for attempt in range(_WRITE_ATTEMPTS):
             try:
                 with self._writing() as connection:
-                    done: StoredBatch = store_batch(connection, source_id, batch, self._port_ids)
+                    done: StoredBatch = store_batch(
+                        connection, source_id, batch, self._port_ids, self._counter_states
+                    )
             except BatchRejected as exc:
                 return IngestOutcome(rejected=batch.rows, reasons=(exc.rejection,))
             except sa.exc.DBAPIError as exc:
@@ -215,6 +220,8 @@ class TelemetryStore:
                 time.sleep(0.01 * (attempt + 1))  # two streams crossed on the same rows; go again
                 continue
             self._port_ids.setdefault(done.source_key, {}).update(done.port_ids)  # committed: cache
+            if done.counter_state is not None:
+                self._counter_states.keep(done.source_key, done.counter_state)
             return IngestOutcome(stored=done.stored, duplicates=done.duplicates)
         raise AssertionError("unreachable")
 

@@ -23,7 +23,7 @@ TABLES = {
     "telemetry_ports",
     "telemetry_samples",
     "telemetry_rollups",
-    "telemetry_counter_state",
+    "telemetry_counter_log",
     "telemetry_fabric_links",
 }
 NEW_METRICS = ("carrier_changes", "out_of_sequence", "packet_seq_errors")  # 0003
@@ -196,3 +196,90 @@ def test_a_0002_database_gains_the_new_metric_columns_on_existing_sources(empty_
             assert (series.time_ns.tolist(), series.values.tolist()) == ([20], [1.0])
     finally:
         store.close()
+
+
+@BOTH
+def test_a_0003_databases_counter_state_carries_over_to_the_log_and_back(empty_database_url: str):
+    # 0004 packs telemetry_counter_state's rows (one per port and metric) into one log row per source;
+    # the next reading of each is still a delta, and a downgrade unpacks the newest readings again.
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(_config(connection), "0003")
+            for name in ("pod-a", "pod-b"):
+                connection.execute(
+                    sa.text(
+                        "INSERT INTO telemetry_sources (id, kind, display_name, fabric, simulation, "
+                        "retention_ns, create_time_ns, sample_count, newest_time_ns, metrics_mask, "
+                        "rolled_up_until_ns, retained_from_ns, fabric_version) "
+                        f"VALUES ('{name}', 'live', '', '', '', 0, 1, 0, NULL, 0, 0, 0, 0)"
+                    )
+                )
+                if connection.dialect.name == "postgresql":
+                    key = connection.execute(
+                        sa.text(f"SELECT key FROM telemetry_sources WHERE id = '{name}'")
+                    ).scalar_one()
+                    for table in ("telemetry_samples", "telemetry_rollups"):
+                        connection.execute(
+                            sa.text(f"CREATE TABLE {table}_s{key} PARTITION OF {table} FOR VALUES IN ({key})")
+                        )
+            keys = dict(connection.execute(sa.text("SELECT id, key FROM telemetry_sources")).all())
+            connection.execute(
+                sa.text(
+                    "INSERT INTO telemetry_ports (source_key, name) VALUES "
+                    f"({keys['pod-a']}, 'a1'), ({keys['pod-a']}, 'a2'), ({keys['pod-b']}, 'b1')"
+                )
+            )
+            ids = dict(connection.execute(sa.text("SELECT name, id FROM telemetry_ports")).all())
+            # A 64-bit reading above 2^63 is stored as the int64 with the same bits.
+            connection.execute(
+                sa.text(
+                    "INSERT INTO telemetry_counter_state VALUES "
+                    f"({keys['pod-a']}, {ids['a1']}, 'rx_bytes', 30, {2**64 - 10 - 2**64}), "
+                    f"({keys['pod-a']}, {ids['a1']}, 'tx_bytes', 30, 500), "
+                    f"({keys['pod-a']}, {ids['a2']}, 'rx_bytes', 20, 7), "
+                    f"({keys['pod-b']}, {ids['b1']}, 'rx_bytes', 40, 1000)"
+                )
+            )
+    finally:
+        engine.dispose()
+    store = TelemetryStore.open(empty_database_url)  # upgrades 0003 -> head
+    try:
+        kinds = {"rx_bytes": 2, "tx_bytes": 2}
+        outcome = store.ingest(
+            "pod-a",
+            ["a1", "a2"],
+            np.array([0, 1]),
+            np.array([50, 50]),
+            {"rx_bytes": np.array([2**64 - 4, 9], np.uint64), "tx_bytes": np.array([800, 1], np.uint64)},
+            kinds,
+        )
+        assert outcome.stored == 2
+        rx = {s.port: s.values.tolist() for s in store.query_series("pod-a", "rx_bytes").series}
+        tx = {s.port: s.values.tolist() for s in store.query_series("pod-a", "tx_bytes").series}
+        assert rx == {"a1": [6.0], "a2": [2.0]}
+        assert tx == {"a1": [300.0], "a2": []}  # a2 had no tx_bytes reading: its first has no delta
+        store.ingest(
+            "pod-b", ["b1"], np.array([0]), np.array([60]), {"rx_bytes": np.array([1500], np.uint64)}, kinds
+        )
+        assert store.query_series("pod-b", "rx_bytes").series[0].values.tolist() == [500.0]
+    finally:
+        store.close()
+    engine = make_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            command.downgrade(_config(connection), "0003")
+            rows = connection.execute(
+                sa.text("SELECT source_key, port_id, metric, time_ns, reading FROM telemetry_counter_state")
+            ).all()
+        assert sorted(tuple(row) for row in rows) == sorted(
+            [
+                (keys["pod-a"], ids["a1"], "rx_bytes", 50, -4),
+                (keys["pod-a"], ids["a1"], "tx_bytes", 50, 800),
+                (keys["pod-a"], ids["a2"], "rx_bytes", 50, 9),
+                (keys["pod-a"], ids["a2"], "tx_bytes", 50, 1),
+                (keys["pod-b"], ids["b1"], "rx_bytes", 60, 1500),
+            ]
+        )
+    finally:
+        engine.dispose()
