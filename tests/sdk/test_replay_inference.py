@@ -67,6 +67,13 @@ def flow(src, dst, sport, spine, units):
     return LiveFlow(src, dst, ip[src], ip[dst], sport), (src, leaf[src], spine, leaf[dst], dst), units
 
 
+def infer(client, source, specs, start_ns, end_ns, **options):
+    """observed_flows of the flows of `specs` (as `flow` makes them) along their paths."""
+    links = list(client.fabrics.links(FABRIC))
+    flows, paths = [f for f, _, _ in specs], [path(links, *nodes) for _, nodes, _ in specs]
+    return observed_flows(client, source, FABRIC, flows, paths, start_ns, end_ns, **options)
+
+
 FLOWS = [
     flow("host-0", "host-2", 49152, "spine-0", 1),
     flow("host-0", "host-3", 49153, "spine-1", 8),
@@ -200,16 +207,7 @@ def test_rates_come_from_each_samples_own_interval_when_polls_are_late_or_slower
         [t for _ in ports for t in times],
         {"tx_bytes": [v for p in ports for v in tx[p]], "rx_bytes": [v for p in ports for v in rx[p]]},
     )
-    observed, _ = observed_flows(
-        client,
-        "infer-late",
-        FABRIC,
-        [f for f, _, _ in steady],
-        [path(links, *n) for _, n, _ in steady],
-        times[0],
-        times[-1],
-        step_ns=S,
-    )
+    observed, _ = infer(client, "infer-late", steady, times[0], times[-1], step_ns=S)
     for item, (_, _, units) in zip(observed, steady, strict=True):
         assert item.rate_gbps == pytest.approx(units * UNIT * 8 / 1e9, rel=1e-6)
         wire = units * UNIT * (times[-1] - times[0]) / S
@@ -267,14 +265,6 @@ def test_a_small_flows_rate_is_not_swayed_by_a_big_ones_counters_stamped_a_littl
                     )
                 )
     client.telemetry.ingest_columns("infer-jitter", ports, port_index, time_ns, columns)
-    observed, _ = observed_flows(
-        client,
-        "infer-jitter",
-        FABRIC,
-        [f for f, _, _ in pair],
-        [path(links, *n) for _, n, _ in pair],
-        S,
-        12 * S,
-    )
+    observed, _ = infer(client, "infer-jitter", pair, S, 12 * S)
     for item, (_, _, units) in zip(observed, pair, strict=True):
         assert item.rate_gbps == pytest.approx(units * UNIT * 8 / 1e9, rel=0.01), item
