@@ -235,8 +235,7 @@ class FabricMirror:
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
         self._pools: list[concurrent.futures.ProcessPoolExecutor] = []  # one process each
-        self._next_health = 0.0  # monotonic time of the next health assessment
-        self._next_diagnosis = 0.0  # monotonic time of the next diagnosis
+        self._next: dict[str, float] = {}  # step ("health", "diagnosis") -> its next monotonic time
 
     # -- the fabric and the source --------------------------------------------------------------
 
@@ -489,22 +488,27 @@ class FabricMirror:
             report.reasons = [reason.reason for reason in reply.reasons]
         report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
         report.link_changes = self._follow_states({port: up for port, (_, up) in states.items()})
-        health = self.config.health
-        if health is not None and time.monotonic() >= self._next_health:
-            self._next_health = time.monotonic() + health.interval_s
+        if self._due("health"):
             try:
                 report.health_changes = self.assess_health()
             except FabricTwinError as exc:
                 report.health_error = str(exc)
-        diagnosis = self.config.diagnosis
-        if diagnosis is not None and time.monotonic() >= self._next_diagnosis:
-            self._next_diagnosis = time.monotonic() + diagnosis.interval_s
+        if self._due("diagnosis"):
             try:
                 report.findings = self.diagnose()
             except FabricTwinError as exc:
                 report.diagnosis_error = str(exc)
         report.seconds = time.monotonic() - started
         return report
+
+    def _due(self, step: str) -> bool:
+        """Whether the optional `step` ("health", "diagnosis") is configured and its interval has
+        passed since it last ran; if so, its next time is set."""
+        table = getattr(self.config, step)
+        if table is None or time.monotonic() < self._next.get(step, 0.0):
+            return False
+        self._next[step] = time.monotonic() + table.interval_s
+        return True
 
     def diagnose(self) -> list[MirrorFinding]:
         """What the last `diagnosis.window_s` of the source shows (module docstring, step 5)."""
