@@ -32,12 +32,12 @@ from services.telemetry.counter_state import (
     stored_generation,
 )
 from services.telemetry.counters import counter_deltas
-from services.telemetry.queries import fetch_arrays
+from services.telemetry.port_rates import KnownRates, PortRates, read_port_rates, save_port_rates
 from services.telemetry.rollups import refresh_rollups
 from services.telemetry.schema import metric_bit, ports, samples, sources
 from services.telemetry.sql import dialect_insert, insert_samples
 
-__all__ = ["StoredBatch", "store_batch"]
+__all__ = ["Remembered", "StoredBatch", "store_batch"]
 
 # Past this many names, a source's whole port list is read instead of a long IN list (SQLite and
 # psycopg limit the number of parameters of one statement).
@@ -53,6 +53,32 @@ class StoredBatch:
     duplicates: int
     port_ids: dict[str, int]
     counter_state: CounterState | None = None  # the source's counter state after the batch, if read
+    port_rates: PortRates | None = None  # the source's link rates after the batch, if read
+
+
+class Remembered:
+    """What ingest keeps of each source between batches, all of it from committed transactions: port
+    ids by name (a port's id never changes), counter states (`counter_state`) and link rates
+    (`port_rates`), the last two checked against the source row before each use."""
+
+    def __init__(self) -> None:
+        self.port_ids: dict[int, dict[str, int]] = {}
+        self.counter_states = CounterStates()
+        self.rates = KnownRates()
+
+    def keep(self, done: StoredBatch) -> None:
+        """Remember what a batch used and made, once its transaction has committed."""
+        self.port_ids.setdefault(done.source_key, {}).update(done.port_ids)
+        if done.counter_state is not None:
+            self.counter_states.keep(done.source_key, done.counter_state)
+        if done.port_rates is not None:
+            self.rates.keep(done.source_key, done.port_rates)
+
+    def forget(self, source_key: int) -> None:
+        """Drop a deleted source."""
+        self.port_ids.pop(source_key, None)
+        self.counter_states.forget(source_key)
+        self.rates.forget(source_key)
 
 
 def _port_ids(
@@ -66,17 +92,20 @@ def _port_ids(
             query = query.where(ports.c.name.in_(wanted))
         return {name: port_id for name, port_id in connection.execute(query)}
 
-    found = {name: known[name] for name in names if name in known}
-    if len(found) < len(names):
-        found.update(lookup([name for name in names if name not in found]))
-    missing = [name for name in names if name not in found]
-    if missing:
-        create = dialect_insert(connection, ports).on_conflict_do_nothing(
-            index_elements=["source_key", "name"]
-        )
-        connection.execute(create, [{"source_key": source_key, "name": name} for name in missing])
-        found.update(lookup(missing))
-    return np.array([found[name] for name in names], dtype=np.int64)
+    ids = np.fromiter((known.get(name, -1) for name in names), dtype=np.int64, count=len(names))
+    unknown = np.flatnonzero(ids < 0)
+    if unknown.shape[0]:
+        wanted = [names[i] for i in unknown.tolist()]
+        found = lookup(wanted)
+        missing = [name for name in wanted if name not in found]
+        if missing:
+            create = dialect_insert(connection, ports).on_conflict_do_nothing(
+                index_elements=["source_key", "name"]
+            )
+            connection.execute(create, [{"source_key": source_key, "name": name} for name in missing])
+            found.update(lookup(missing))
+        ids[unknown] = [found[name] for name in wanted]
+    return ids
 
 
 def _already_stored(
@@ -161,37 +190,33 @@ def _convert_cumulative(
 
 
 def _port_rates(
-    connection: Connection, source_key: int, batch: PreparedBatch, port_ids: np.ndarray
-) -> np.ndarray:
-    """Link rate of each port of the batch (bits/s, NaN unknown); rates sent with the batch are saved."""
-    query = sa.select(ports.c.id, sa.func.coalesce(ports.c.rate_bps, 0.0)).where(
-        ports.c.source_key == source_key
-    )
-    if len(port_ids) <= _MAX_IN_LIST:
-        query = query.where(ports.c.id.in_(port_ids.tolist()))
-    stored_id, stored_rate = fetch_arrays(connection, query.order_by(ports.c.id), ("i8", "f8"))
-    at = np.minimum(np.searchsorted(stored_id, port_ids), max(stored_id.shape[0] - 1, 0))
-    rates = np.full(port_ids.shape[0], np.nan)
-    if stored_id.shape[0]:
-        known = (stored_id[at] == port_ids) & (stored_rate[at] > 0)  # 0 or NULL: not known
-        rates[known] = stored_rate[at][known]
+    connection: Connection,
+    source_key: int,
+    version: int,
+    batch: PreparedBatch,
+    port_ids: np.ndarray,
+    known: KnownRates,
+) -> tuple[np.ndarray, PortRates | None]:
+    """Link rate of each port of the batch (bits/s, NaN unknown), the rates sent with it saved; and
+    the source's rates after the batch, to keep once it commits (None: not sure of them)."""
+    held = known.get(source_key, version) or read_port_rates(connection, source_key, version)
+    rates = held.of(port_ids)
+    after: PortRates | None = held
     if batch.port_rate_bps is not None:
         sent = batch.port_rate_bps > 0
         changed = sent & (batch.port_rate_bps != rates)
         if changed.any():
-            connection.execute(
-                sa.update(ports)
-                .where(ports.c.id == sa.bindparam("port"))
-                .values(rate_bps=sa.bindparam("rate")),
-                [
-                    {"port": p, "rate": r}
-                    for p, r in zip(
-                        port_ids[changed].tolist(), batch.port_rate_bps[changed].tolist(), strict=True
-                    )
-                ],
+            new_version = save_port_rates(
+                connection, source_key, port_ids[changed], batch.port_rate_bps[changed]
+            )
+            # Another batch changed rates since the source row was read: read them again next time.
+            after = (
+                held.with_rates(new_version, port_ids[changed], batch.port_rate_bps[changed])
+                if new_version == version + 1
+                else None
             )
         rates[sent] = batch.port_rate_bps[sent]
-    return rates
+    return rates, after
 
 
 def _utilisation(converted: _Converted, rates: np.ndarray) -> np.ndarray | None:
@@ -238,16 +263,13 @@ def store_batch(
     connection: Connection,
     source_id: str,
     batch: PreparedBatch,
-    known_ports: Mapping[int, Mapping[str, int]],
-    counter_states: CounterStates,
+    remembered: Remembered,
 ) -> StoredBatch:
-    """Store a prepared batch inside the caller's transaction.
-
-    `known_ports` are port ids by source key that the caller has seen committed (a cache; may be
-    empty); `counter_states` the committed counter states it holds (`StoredBatch.counter_state` is
-    the one to keep once this transaction commits).
-    """
-    source = sa.select(sources.c.key, sources.c.retained_from_ns).where(sources.c.id == source_id)
+    """Store a prepared batch inside the caller's transaction; `remembered.keep` the result once it
+    has committed."""
+    source = sa.select(sources.c.key, sources.c.retained_from_ns, sources.c.port_rates_version).where(
+        sources.c.id == source_id
+    )
     if batch.cumulative:  # one batch at a time moves a source's counters (see `counter_state`)
         source = source.with_for_update()
     row = connection.execute(source).first()
@@ -265,13 +287,15 @@ def store_batch(
             "deleted the raw samples; older data can no longer be added",
             int(batch.batch_row[at]),
         )
-    port_ids = _port_ids(connection, source_key, batch.port_names, known_ports.get(source_key, {}))
-    state = _counter_state(connection, source_key, counter_states) if batch.cumulative else None
+    port_ids = _port_ids(connection, source_key, batch.port_names, remembered.port_ids.get(source_key, {}))
+    state = _counter_state(connection, source_key, remembered.counter_states) if batch.cumulative else None
     converted = _convert_cumulative(connection, source_key, batch, port_ids, state or CounterState.empty())
     keep, values = converted.keep, converted.values
     derive = "tx_bytes" in converted.intervals and "utilisation" not in values
+    rates_after = None
     if batch.port_rate_bps is not None or derive:
-        rates = _port_rates(connection, source_key, batch, port_ids)
+        version = int(row.port_rates_version)
+        rates, rates_after = _port_rates(connection, source_key, version, batch, port_ids, remembered.rates)
         if derive:
             utilisation = _utilisation(converted, rates[batch.port[keep]])
             if utilisation is not None:
@@ -299,4 +323,4 @@ def store_batch(
                 int(rolled_up_until),
             )
     names = dict(zip(batch.port_names, port_ids.tolist(), strict=True))
-    return StoredBatch(source_key, stored, batch.rows - stored, names, state)
+    return StoredBatch(source_key, stored, batch.rows - stored, names, state, rates_after)

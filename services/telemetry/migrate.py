@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 __all__ = ["HEAD", "VERSION_TABLE", "current_revision", "migrate_to_head"]
 
 VERSION_TABLE = "telemetry_alembic_version"
-HEAD = "0004"
+HEAD = "0005"
 _SCRIPTS = pathlib.Path(__file__).resolve().parent / "migrations"
 # pg_advisory_xact_lock key: "fabrictwin telemetry migrations", any constant shared by replicas.
 _LOCK_KEY = 0x7E1E_6E7A

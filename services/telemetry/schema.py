@@ -106,6 +106,9 @@ sources = sa.Table(
     sa.Column("rolled_up_until_ns", sa.BigInteger, nullable=False),  # roll-ups cover buckets before this
     sa.Column("retained_from_ns", sa.BigInteger, nullable=False),  # raw samples before this were deleted
     sa.Column("fabric_version", sa.BigInteger, nullable=False),  # fabric links it resolves against, 0 none
+    # One more for every batch that changed a port's rate_bps: the service's rates in memory are those
+    # of this version or read again (`port_rates`).
+    sa.Column("port_rates_version", sa.BigInteger, nullable=False, server_default="0"),
     sqlite_autoincrement=True,  # a deleted source's key is never reused (ingest caches port ids by key)
 )
 

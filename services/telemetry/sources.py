@@ -130,6 +130,7 @@ def insert_source(connection: Connection, source: SourceRecord) -> SourceRecord:
         "rolled_up_until_ns": 0,
         "retained_from_ns": 0,
         "fabric_version": 0,
+        "port_rates_version": 0,
     }
     key = connection.execute(sa.insert(sources).values(**row).returning(sources.c.key)).scalar_one()
     create_partitions(connection, key)

@@ -29,12 +29,11 @@ from services.telemetry import sources as source_sql
 from services.telemetry.aggregates import Aggregation, PortSet
 from services.telemetry.availability import database_errors
 from services.telemetry.batches import BatchRejected, PreparedBatch, Rejection, batch_rows, prepare_batch
-from services.telemetry.counter_state import CounterStates
 from services.telemetry.counters import CounterKind
 from services.telemetry.diagnostics import LossHistory, Skew, loss_history, utilisation_skew
 from services.telemetry.fabric_links import load_links, save_links
 from services.telemetry.groups import FabricLinks, is_group
-from services.telemetry.ingest import StoredBatch, store_batch
+from services.telemetry.ingest import Remembered, StoredBatch, store_batch
 from services.telemetry.maintenance import SweepOutcome, sweep_source
 from services.telemetry.migrate import migrate_to_head
 from services.telemetry.port_health import PortHealth, port_health
@@ -117,10 +116,9 @@ class TelemetryStore:
         self._write_lock: contextlib.AbstractContextManager = (
             threading.Lock() if self.sqlite else contextlib.nullcontext()
         )
-        # Port ids by source key, learned from committed batches. A key is never reused and a port's
-        # id never changes, so entries stay true on every replica sharing the database.
-        self._port_ids: dict[int, dict[str, int]] = {}
-        self._counter_states = CounterStates()  # committed counter states by source key
+        # Port ids, counter states and link rates by source key, learned from committed batches. A
+        # key is never reused, so entries of a deleted source are never mistaken for another's.
+        self._remembered = Remembered()
         self._links: dict[tuple[str, int], FabricLinks] = {}  # fabric versions are immutable
 
     @classmethod
@@ -185,8 +183,7 @@ class TelemetryStore:
         """Delete a source, its ports, samples and roll-ups in one transaction."""
         with self._writing() as connection:
             key = source_sql.delete_source(connection, source_id)
-        self._port_ids.pop(key, None)
-        self._counter_states.forget(key)
+        self._remembered.forget(key)
 
     # Ingest
 
@@ -209,9 +206,7 @@ class TelemetryStore:
         for attempt in range(_WRITE_ATTEMPTS):
             try:
                 with self._writing() as connection:
-                    done: StoredBatch = store_batch(
-                        connection, source_id, batch, self._port_ids, self._counter_states
-                    )
+                    done: StoredBatch = store_batch(connection, source_id, batch, self._remembered)
             except BatchRejected as exc:
                 return IngestOutcome(rejected=batch.rows, reasons=(exc.rejection,))
             except sa.exc.DBAPIError as exc:
@@ -219,9 +214,7 @@ class TelemetryStore:
                     raise
                 time.sleep(0.01 * (attempt + 1))  # two streams crossed on the same rows; go again
                 continue
-            self._port_ids.setdefault(done.source_key, {}).update(done.port_ids)  # committed: cache
-            if done.counter_state is not None:
-                self._counter_states.keep(done.source_key, done.counter_state)
+            self._remembered.keep(done)  # committed
             return IngestOutcome(stored=done.stored, duplicates=done.duplicates)
         raise AssertionError("unreachable")
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
+from services.common.resources import new_id
 from services.telemetry.counters import CounterKind, InvalidReading, counter_deltas, counter_readings
-from services.telemetry.store import TelemetryStore
+from services.telemetry.store import SourceKind, SourceRecord, TelemetryStore
 
 
 def _deltas(kind: CounterKind, readings: list[int]) -> list[float]:
@@ -154,3 +156,82 @@ def test_a_rate_that_is_not_a_rate_rejects_the_batch(store: TelemetryStore, sour
         source_id, ["a"], np.array([0]), np.array([0]), {"drops": np.ones(1)}, port_rate_bps=np.array([-1.0])
     )
     assert outcome.reasons[0].field == "port_rate_bps"
+
+
+def test_a_rate_changed_through_one_replica_is_the_rate_the_other_derives_utilisation_with(
+    database_url: str,
+):
+    # Two services on one database: each must notice a rate the other stored, however recently it
+    # read the rates itself (1 s intervals; IB_DATA_64 counts 4-octet units).
+    kinds = {"tx_bytes": CounterKind.IB_DATA_64}
+    source_id = new_id("rates")
+
+    def poll(store: TelemetryStore, second: int, units: int, rate: float | None) -> None:
+        outcome = store.ingest(
+            source_id,
+            ["leaf-0/p1"],
+            np.array([0]),
+            np.array([second * 1_000_000_000]),
+            {"tx_bytes": np.array([units], dtype=np.uint64)},
+            kinds,
+            port_rate_bps=None if rate is None else np.array([rate]),
+        )
+        assert outcome.stored == 1, outcome.reasons
+
+    first, second = TelemetryStore.open(database_url), TelemetryStore.open(database_url)
+    try:
+        first.create_source(SourceRecord(source_id, SourceKind.LIVE))
+        poll(first, 0, 0, 100e9)
+        poll(first, 1, 625_000_000, None)  # 20% of 100 Gb/s
+        poll(second, 2, 1_250_000_000, 200e9)  # the link was changed to 200 Gb/s: 10%
+        poll(first, 3, 1_875_000_000, None)  # still 200 Gb/s: 10%
+        poll(first, 4, 2_500_000_000, 100e9)  # back to 100 Gb/s, as `first` had it before: 20%
+        poll(second, 5, 3_125_000_000, None)  # `second` must read 100 Gb/s again: 20%
+        series = first.query_series(source_id, "utilisation").series[0]
+        assert series.values.tolist() == [0.2, 0.1, 0.1, 0.2, 0.2]
+    finally:
+        first.delete_source(source_id)
+        first.close()
+        second.close()
+
+
+def test_rates_changed_by_another_replica_during_a_batch_are_read_again(database_url: str):
+    # While `first` stores a rate of p1, `second` commits a new rate of p2 (PostgreSQL lets both
+    # run at once); `first` must not take the rates it read before that for the newest ones.
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite has one writer: the two batches cannot overlap")
+    kinds = {"tx_bytes": CounterKind.IB_DATA_64}
+    source_id = new_id("rates")
+    ports = ["leaf-0/p1", "leaf-0/p2"]
+    first, second = TelemetryStore.open(database_url), TelemetryStore.open(database_url)
+
+    interleaved = []
+
+    def interleave(_conn, _cursor, statement: str, _parameters, _context, _many) -> None:
+        if statement.startswith("UPDATE telemetry_ports SET rate_bps") and not interleaved:
+            interleaved.append(statement)
+            second.ingest(
+                source_id, ports[1:], np.array([0]), np.array([0]), {"drops": np.zeros(1)},
+                port_rate_bps=np.array([200e9]),
+            )  # fmt: skip
+
+    try:
+        first.create_source(SourceRecord(source_id, SourceKind.LIVE))
+        first.ingest(source_id, ports, np.array([0, 1]), np.array([0, 0]), {"drops": np.zeros(2)},
+                     port_rate_bps=np.array([100e9, 100e9]))  # fmt: skip
+        sa.event.listen(first.engine, "before_cursor_execute", interleave)
+        first.ingest(source_id, ports[:1], np.array([0]), np.array([1]), {"drops": np.zeros(1)},
+                     port_rate_bps=np.array([400e9]))  # fmt: skip
+        assert interleaved
+        for second_ns in (1, 2):  # p2 at 200 Gb/s: 625e6 units of 4 octets a second is 10%
+            outcome = first.ingest(
+                source_id, ports[1:], np.array([0]), np.array([second_ns * 1_000_000_000]),
+                {"tx_bytes": np.array([second_ns * 625_000_000], np.uint64)}, kinds,
+            )  # fmt: skip
+            assert outcome.stored == 1
+        series = first.query_series(source_id, "utilisation", port_patterns=ports[1:]).series[0]
+        assert series.values.tolist() == [0.1]
+    finally:
+        first.delete_source(source_id)
+        first.close()
+        second.close()
