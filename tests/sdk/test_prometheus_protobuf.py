@@ -287,3 +287,98 @@ def test_merged_columns_hold_the_rows_columns_of_makes_from_all_the_readings():
         {"tx_bytes": [3, 5]},
         [1e9],
     )
+
+
+# What a proto3 writer leaves out (a zero value) cannot be read by position; exporters write every
+# value (client_model is proto2). The scrape's families with every value non-zero, without times,
+# and a port with a state only.
+UNSTAMPED: list[Family] = [
+    (name, kind, [(labels, 3.0 if value == 2.5 else value, None) for labels, value, _ in metrics]
+     + ([(dev("eth9", operstate="up"), 1.0, None)] if name == "node_network_info" else []))
+    for name, kind, metrics in SCRAPE
+    if all(value for _, value, _ in metrics)
+]  # fmt: skip
+
+
+def _outcome(data: bytes, time_ns: int, **options):
+    """A scrape's ScrapeColumns, or its error's message."""
+    try:
+        return prometheus.parse_scrape_columns(data, prometheus.PROTOBUF_CONTENT_TYPE, time_ns, **options)
+    except FormatError as exc:
+        return exc.details
+
+
+def _set(families: list[Family], name: str, value: float) -> list[Family]:
+    return [(n, kind, [(lb, value if n == name else v, t) for lb, v, t in ms]) for n, kind, ms in families]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"node": "leaf0"}, {"port_names": {"swp1": "leaf0/p1", "Ethernet1": "leaf0/p5"}}, {"rate_bps": 4e11},
+     {"pfc_priority": 4}],
+    ids=["plain", "node", "port-names", "rate", "pfc4"],
+)  # fmt: skip
+def test_templates_read_each_later_scrape_as_parsing_it_would(monkeypatch, options):
+    """A target's scrape laid out as its last one is read from its values alone (prometheus._Template),
+    giving what parsing gives; values a parse reads otherwise, or refuses, are parsed."""
+    read = []
+    real = prometheus._Template.read
+    monkeypatch.setattr(prometheus._Template, "read", lambda *a: read.append(real(*a)) or read[-1])
+    rx = "node_network_receive_bytes_total"
+    scrapes = {
+        "first": (UNSTAMPED, False),
+        "second": (UNSTAMPED, False),  # plans and the template made
+        "values changed": ([(n, k, [(lb, v * 3 + 1, t) for lb, v, t in ms]) for n, k, ms in UNSTAMPED], True),
+        "a counter past 2^64": (_set(UNSTAMPED, rx, 2.0**70), True),
+        "a counter not whole": (_set(UNSTAMPED, rx, 2.5), False),
+        "a negative counter": (_set(UNSTAMPED, rx, -1.0), False),
+        "a NaN counter": (_set(UNSTAMPED, rx, math.nan), False),
+        "an infinite counter": (_set(UNSTAMPED, rx, math.inf), False),
+        "speed unknown": (_set(UNSTAMPED, "node_network_speed_bytes", -1.0), True),
+        # refused where its port is one of port_names; else not read at all
+        "an InfiniBand rate refused": (_set(UNSTAMPED, "node_infiniband_rate_bytes_per_second", -8.0), None),
+        "oper status down": (_set(UNSTAMPED, "ifOperStatus", 2.0), True),
+        "a label changed": (_with(UNSTAMPED, rx, [(dev("swp1", alias="x"), 1.0, None)]), False),
+        "a metric more": (_with(UNSTAMPED, rx, [*UNSTAMPED[0][2], (dev("swp9"), 5, None)]), False),
+        "a timestamp": (_with(UNSTAMPED, rx, [(dev("swp1"), 1.0, 1_700_000_000_000)]), False),
+        "back": (UNSTAMPED, False),  # its family's plan made again, and the template
+        "again": (_set(UNSTAMPED, rx, 77.0), True),
+    }
+    plans = prometheus.ProtobufPlans()
+    for at, (step, (families, by_template)) in enumerate(scrapes.items()):
+        data = as_protobuf(families)
+        read.clear()
+        expected = _outcome(data, 1_000 + at, where="leaf0", **options)
+        assert _outcome(data, 1_000 + at, where="leaf0", plans=plans, **options) == expected, step
+        refused = isinstance(expected, str)
+        assert (read[-1:] != [None] and read != []) == (not refused if by_template is None else by_template), step
+        named = "port_names" not in options or "refused" not in step
+        bad = any(word in step for word in ("refused", "negative", "NaN", "infinite"))
+        assert refused == (bad and named), step
+    # Other options for the same target: parsed, as they name other ports.
+    other = {**options, "node": "spine9"}
+    data = as_protobuf(UNSTAMPED)
+    assert _outcome(data, 5, where="leaf0", plans=plans, **other) == _outcome(data, 5, where="leaf0", **other)
+
+
+def test_templates_read_random_values_as_parsing_them(monkeypatch):
+    import random
+
+    read = []
+    real = prometheus._Template.read
+    monkeypatch.setattr(prometheus._Template, "read", lambda *a: read.append(real(*a)) or read[-1])
+    chance = random.Random(28)
+    picks = [1.0, 7.0, 2.0**53, 2.0**64, 1e300, 0.5, -3.0, 5e10, -125000.0, 2.0, 3.0, 7.0, math.inf, math.nan]
+    plans = prometheus.ProtobufPlans()
+    outcomes = set()
+    for at in range(400):
+        families = [
+            (n, k, [(lb, chance.choice(picks) if chance.random() < 0.05 else v, t) for lb, v, t in ms])
+            for n, k, ms in UNSTAMPED
+        ]
+        data = as_protobuf(families)
+        expected = _outcome(data, at, node="leaf0", where="leaf0")
+        assert _outcome(data, at, node="leaf0", where="leaf0", plans=plans) == expected, at
+        outcomes.add(isinstance(expected, str))
+    assert outcomes == {True, False}  # refused and read alike
+    assert sum(found is not None for found in read) > 100  # and most read by the template

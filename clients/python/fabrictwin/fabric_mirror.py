@@ -43,9 +43,8 @@ from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
 from fabrictwin.importers import (
     FormatError,
-    PortReading,
     SampleColumns,
-    columns_of,
+    ScrapeColumns,
     merge_columns,
     prometheus,
 )
@@ -144,44 +143,15 @@ _SHARE = 64  # scrapes a worker is sent at a time
 _PLANS = prometheus.ProtobufPlans()
 
 
-@dataclasses.dataclass(frozen=True)
-class _Parsed:
-    """One scrape, parsed where it was (a worker process): its columns, its ports' last reported states
-    (time, up) and its ports. Columns cross between processes as lists of numbers, much cheaper than
-    the readings."""
-
-    chunks: list[SampleColumns]
-    states: dict[str, tuple[int, bool]]
-    ports: list[str]
-
-
-def _parse_scrape(item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None]) -> _Parsed | str:
-    """One scrape, parsed (`_Parsed`), or the parse error (a FormatError names the line or message)."""
-    readings = _readings_of(item)
-    if isinstance(readings, str):
-        return readings
-    states: dict[str, tuple[int, bool]] = {}
-    for reading in readings:  # as port_states: the latest (the later line at one time) wins
-        held = states.get(reading.port)
-        if reading.oper_up is not None and (held is None or reading.time_ns >= held[0]):
-            states[reading.port] = (reading.time_ns, reading.oper_up)
-    return _Parsed(columns_of(readings), states, list({reading.port: None for reading in readings}))
-
-
-def _parse_share(
-    items: list[tuple[bytes, str, int, TargetConfig, dict[str, str] | None]],
-) -> list[_Parsed | str]:
-    """A worker's share of a poll's scrapes, parsed."""
-    return [_parse_scrape(item) for item in items]
-
-
-def _readings_of(
+def _parse_scrape(
     item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None],
-) -> list[PortReading] | str:
-    """One scrape's readings, or the parse error."""
+) -> ScrapeColumns | str:
+    """One scrape, parsed where it was (a worker process) into columns (they cross between processes
+    as lists of numbers, much cheaper than readings), or the parse error (a FormatError names the line
+    or message)."""
     body, content_type, time_ns, target, names = item
     try:
-        readings = prometheus.parse_scrape(
+        return prometheus.parse_scrape_columns(
             body,
             content_type,
             time_ns,
@@ -190,12 +160,17 @@ def _readings_of(
             device_port_name=target.port_name,
             port_names=names,
             plans=_PLANS,
+            rate_bps=target.speed_gbps * 1e9,
         )
     except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
         return exc.details
-    if target.speed_gbps:
-        readings = [dataclasses.replace(r, rate_bps=target.speed_gbps * 1e9) for r in readings]
-    return readings
+
+
+def _parse_share(
+    items: list[tuple[bytes, str, int, TargetConfig, dict[str, str] | None]],
+) -> list[ScrapeColumns | str]:
+    """A worker's share of a poll's scrapes, parsed."""
+    return [_parse_scrape(item) for item in items]
 
 
 class _FabricPorts:
@@ -411,7 +386,7 @@ class FabricMirror:
 
     # -- counters and link states ---------------------------------------------------------------
 
-    def _parse_all(self, scraped: list[ScrapeResult]) -> list[_Parsed | str]:
+    def _parse_all(self, scraped: list[ScrapeResult]) -> list[ScrapeColumns | str]:
         """Each scrape parsed, or why it cannot be; spread over worker processes when many."""
         assert self._ports is not None
         work = [
@@ -440,7 +415,7 @@ class FabricMirror:
             for w, mine in enumerate(positions)
             for piece in (mine[at : at + _SHARE] for at in range(0, len(mine), _SHARE))
         ]
-        parsed: list[_Parsed | str] = [""] * len(work)
+        parsed: list[ScrapeColumns | str] = [""] * len(work)
         for piece, share in shares:
             for position, item in zip(piece, share.result(), strict=True):
                 parsed[position] = item

@@ -25,10 +25,12 @@ __all__ = [
     "FormatError",
     "PortReading",
     "SampleColumns",
+    "ScrapeColumns",
     "columns_of",
     "merge_columns",
     "port_rates",
     "port_states",
+    "scrape_columns",
 ]
 
 FORMATS = ("perfquery", "prometheus", "csv")
@@ -111,6 +113,33 @@ def columns_of(readings: Iterable[PortReading]) -> list[SampleColumns]:
             chunk.port_rates = [rates.get(port, 0.0) for port in chunk.ports]
         chunks.append(chunk)
     return chunks
+
+
+@dataclasses.dataclass(frozen=True)
+class ScrapeColumns:
+    """One scrape's readings as a mirror keeps them: its columns (`columns_of`), each port's last
+    reported state as (time, up), and every port it named (with counters or only a state)."""
+
+    chunks: list[SampleColumns]
+    states: dict[str, tuple[int, bool]]
+    ports: list[str]
+
+
+def scrape_columns(readings: list[PortReading]) -> ScrapeColumns:
+    """A scrape's readings as `ScrapeColumns` (the latest state of a port wins; at one time, the later
+    reading).
+
+    >>> scrape = scrape_columns([PortReading("a/p1", 5, {"tx_bytes": (10, "cumulative_64")}, oper_up=True),
+    ...                          PortReading("a/p2", 5, {}, oper_up=False)])
+    >>> scrape.states, scrape.ports, scrape.chunks[0].columns
+    ({'a/p1': (5, True), 'a/p2': (5, False)}, ['a/p1', 'a/p2'], {'tx_bytes': [10]})
+    """
+    states: dict[str, tuple[int, bool]] = {}
+    for reading in readings:
+        held = states.get(reading.port)
+        if reading.oper_up is not None and (held is None or reading.time_ns >= held[0]):
+            states[reading.port] = (reading.time_ns, reading.oper_up)
+    return ScrapeColumns(columns_of(readings), states, list({reading.port: None for reading in readings}))
 
 
 def merge_columns(chunks: Iterable[SampleColumns]) -> list[SampleColumns]:

@@ -112,13 +112,21 @@ import dataclasses
 import enum
 import functools
 import math
+import operator
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from fabrictwin.errors import InvalidArgumentError
-from fabrictwin.importers import FormatError, PortReading
+from fabrictwin.importers import (
+    FormatError,
+    PortReading,
+    SampleColumns,
+    ScrapeColumns,
+    columns_of,
+    scrape_columns,
+)
 from fabrictwin.importers.prometheus_families import (
     IF_MIB_NAME_LABELS,
     IF_MIB_OPER_STATUS,
@@ -149,6 +157,7 @@ __all__ = [
     "parse",
     "parse_protobuf",
     "parse_scrape",
+    "parse_scrape_columns",
 ]
 
 # What a protobuf scrape's Content-Type says (its parameters in any order and spacing).
@@ -444,6 +453,52 @@ def parse_scrape(
     return parse(body.decode("utf-8", errors="replace"), time_ns, **options)
 
 
+def parse_scrape_columns(
+    body: bytes,
+    content_type: str,
+    time_ns: int,
+    *,
+    where: str = "<metrics>",
+    node: str = "",
+    port_name: str = "",
+    device_port_name: str = "",
+    port_names: Mapping[str, str] | None = None,
+    pfc_priority: int = 3,
+    plans: ProtobufPlans | None = None,
+    rate_bps: float = 0.0,
+) -> ScrapeColumns:
+    """`parse_scrape`'s readings as a mirror keeps them (`scrape_columns`), every port's link rate
+    `rate_bps` where given (else as reported).
+
+    With `plans` (`where` naming the target), a protobuf scrape whose mapped families are laid out as
+    in the target's last scrape is read from its values alone, with no Python step per sample; the
+    columns are the same as parsing it would give (`_Template`)."""
+    if plans is not None and is_protobuf(content_type, where):
+        table = _rules(pfc_priority)
+        config = (
+            node,
+            port_name,
+            device_port_name,
+            None if port_names is None else dict(port_names),
+            pfc_priority,
+        )
+        template = plans.template(where)
+        if template is not None and template.config == config:
+            found = template.read(body, table, time_ns, rate_bps)
+            if found is not None:
+                return found
+        names = _Names(node, port_name, device_port_name, port_names)
+        readings = _protobuf_readings(body, time_ns, table, names, where, plans, config)
+    else:
+        readings = parse_scrape(
+            body, content_type, time_ns, where=where, node=node, port_name=port_name,
+            device_port_name=device_port_name, port_names=port_names, pfc_priority=pfc_priority, plans=plans,
+        )  # fmt: skip
+    if rate_bps:
+        readings = [dataclasses.replace(reading, rate_bps=rate_bps) for reading in readings]
+    return scrape_columns(readings)
+
+
 @functools.cache
 def _metric_family() -> type[MetricFamily]:
     # Imported on first use, as prometheus_client is: most commands never read a scrape.
@@ -538,14 +593,22 @@ def _family_samples(family: MetricFamily, table: Mapping[str, Rule]) -> list[_Ro
 
 
 def _protobuf_samples(
-    data: bytes, table: Mapping[str, Rule], where: str, plans: ProtobufPlans | None
+    data: bytes,
+    table: Mapping[str, Rule],
+    where: str,
+    plans: ProtobufPlans | None,
+    used: list[_Plan | None] | None = None,
 ) -> Iterator[_Row]:
+    """The stream's mapped rows; `used` gets, per message read, the plan that reads it now (None:
+    none can, yet)."""
     for number, start, message, name in _protobuf_messages(data, table, where):
         key = (where, name or "")
         plan = plans.get(key) if plans is not None and name is not None else None
         if isinstance(plan, _Plan):
             rows = plan.rows(message)
             if rows is not None:
+                if used is not None:
+                    used.append(plan)
                 yield from rows
                 continue
         family = _decoded(message, number, start, where)
@@ -554,6 +617,9 @@ def _protobuf_samples(
             # A plan is made when a family is seen again after a scrape that had none for it, so a
             # family whose layout changes at every scrape costs a plan every other scrape at most.
             plans.put(key, _Plan.of(message, family.type, samples, plans) if plan is _SEEN else _SEEN)
+        if used is not None:
+            made = plans.get(key) if plans is not None and samples else None
+            used.append(made if isinstance(made, _Plan) else None)
         yield from samples
 
 
@@ -685,14 +751,21 @@ class _Plan:
         labels = tuple(plans.interned(row[2]) for row in rows)
         return cls(layout, skeleton, rows[0][0], rows[0][1], labels, stamps if any(stamps) else None)
 
-    def rows(self, message: bytes) -> list[_Row] | None:
-        """The rows of a message laid out as this plan's, else None."""
+    def values(self, message: bytes) -> tuple[float, ...] | None:
+        """The values of a message laid out as this plan's, in metric order, else None."""
         if len(message) != self.layout.size:
             return None
         parts = self.layout.unpack(message)
         if b"".join(parts[0::2]) != self.skeleton:
             return None
-        rule, name, values = self.rule, self.name, parts[1::2]
+        return parts[1::2]
+
+    def rows(self, message: bytes) -> list[_Row] | None:
+        """The rows of a message laid out as this plan's, else None."""
+        values = self.values(message)
+        if values is None:
+            return None
+        rule, name = self.rule, self.name
         stamps = self.stamps or (None,) * len(values)
         return [(rule, name, *row) for row in zip(self.labels, values, stamps, strict=True)]
 
@@ -711,6 +784,7 @@ class ProtobufPlans:
         self.limit = limit
         self._plans: dict[tuple[str, str], _Plan | _Seen] = {}
         self._labels: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}  # one copy of each
+        self._templates: dict[str, _Template] = {}  # per target
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -729,6 +803,18 @@ class ProtobufPlans:
             while len(self._plans) >= self.limit:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = plan
+
+    def template(self, where: str) -> _Template | None:
+        """The target's template (`_Template`), if its last scrape made one."""
+        return self._templates.get(where)
+
+    def put_template(self, where: str, template: _Template | None) -> None:
+        with self._lock:
+            self._templates.pop(where, None)
+            if template is not None:
+                while len(self._templates) >= self.limit:
+                    del self._templates[next(iter(self._templates))]
+                self._templates[where] = template
 
     def interned(self, labels: Mapping[str, str]) -> Mapping[str, str]:
         """One shared copy of equal label sets (every switch has a `device="swp1"`); never changed."""
@@ -775,66 +861,284 @@ def parse_protobuf(
     >>> reading.port, reading.values
     ('leaf0/p3', {'rx_bytes': (1500000000, 'cumulative_64')})
     """
-    table = _rules(pfc_priority)
     names = _Names(node, port_name, device_port_name, port_names)
+    return _protobuf_readings(data, time_ns, _rules(pfc_priority), names, where, plans)
+
+
+def _protobuf_readings(
+    data: bytes,
+    time_ns: int,
+    table: Mapping[str, Rule],
+    names: _Names,
+    where: str,
+    plans: ProtobufPlans | None,
+    config: tuple[Any, ...] | None = None,
+) -> list[PortReading]:
+    """`parse_protobuf`; with `config` (the options it was parsed with), the target's `_Template` is
+    made, or forgotten, from this scrape."""
+    used: list[_Plan | None] | None = [] if plans is not None and config is not None else None
     try:
-        return _readings(_protobuf_samples(data, table, where, plans), time_ns, names)
+        rows = list(_protobuf_samples(data, table, where, plans, used))
+        routes = _Routes(rows, time_ns, names)
+        readings = routes.readings(rows, time_ns)
     except _SampleError as exc:
         raise FormatError(f"{where}: {exc.problem}: {_quote(_described(exc.sample))}") from None
+    if plans is not None and used is not None:
+        ready = bool(used) and None not in used and not routes.stamped
+        plans.put_template(where, _Template(tuple(used), routes, config) if ready else None)  # type: ignore[arg-type]
+    return readings
+
+
+def _getter(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """What picks these indices of a sequence, as a tuple (operator.itemgetter, for any count)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    return lambda values: tuple(values[i] for i in indices)
+
+
+class _Template:
+    """A target's protobuf scrape routed once (`_Routes`) and read again. While every mapped family
+    message is laid out as its plan, the same plans in the same order, the plans' values are the rows'
+    values, and the scrape's columns are those values put where the routes put the last scrape's:
+    the same `ScrapeColumns` as parsing it, without a Python step per sample. A scrape whose counters
+    are not all whole numbers >= 0, or whose InfiniBand rate is refused, is parsed instead (for the
+    same readings, or the same error). Made only where no row has a time of its own."""
+
+    def __init__(self, plans: tuple[_Plan, ...], routes: _Routes, config: tuple[Any, ...]) -> None:
+        self.plans = plans
+        self.config = config
+        self.counters = _getter(routes.counter_rows)
+        self.rates, self.states = routes.rates, routes.states
+        self.rate_values = _getter([index for _, index, _ in routes.rates])
+        self.state_values = _getter([index for _, index, _ in routes.states])
+        # The last rates and states read, by their rows' values (a port's speed and state seldom change).
+        self.last_rates: tuple[tuple[Any, ...], dict[str, float]] | None = None
+        self.last_states: tuple[tuple[Any, ...], dict[str, bool], list[str]] | None = None
+        self.counted = {port for port, _ in routes.counters}
+        self.mapped: dict[bytes, bool] = {}  # a family's name -> whether a rule maps it
+        # columns_of's columns, made of the winning rows' indices instead of their values: per chunk,
+        # one pick of all its values, then each metric's slice of them and their scales (None: all 1).
+        indices = {key: {metric: (index, kind) for metric, (_, index, kind, _) in metrics.items()}
+                   for key, metrics in routes.counters.items()}  # fmt: skip
+        scales = {
+            index: scale for metrics in routes.counters.values() for _, index, _, scale in metrics.values()
+        }
+        self.chunks: list[tuple[SampleColumns, Callable[[Sequence[Any]], tuple[Any, ...]], list[_Slice]]] = []
+        for chunk in columns_of(_port_readings(indices, {}, {})):
+            picked: list[int] = []
+            slices = []
+            for metric, column in chunk.columns.items():
+                rows = [int(i) for i in column]
+                every_one = all(scales[i] == 1 for i in rows)
+                slices.append(
+                    (
+                        metric,
+                        len(picked),
+                        len(picked) + len(rows),
+                        None if every_one else [scales[i] for i in rows],
+                    )
+                )
+                picked += rows
+            self.chunks.append((chunk, _getter(picked), slices))
+
+    def _values(self, data: bytes, table: Mapping[str, Rule]) -> list[float] | None:
+        """The values of the mapped family messages, in order, if each is laid out as its plan (and
+        the stream as `_protobuf_messages` would walk it), else None."""
+        values: list[float] = []
+        plans, mapped = self.plans, self.mapped
+        count, at, size = 0, 0, len(data)
+        while at < size:
+            length = data[at]
+            if length < 0x80:
+                at += 1
+            else:
+                try:
+                    length, at = _varint(data, at)
+                except ValueError:
+                    return None
+            end, named = at + length, at + 2
+            if end > size or length < 2 or data[at] != _NAME_TAG or data[at + 1] >= 0x80:
+                return None  # cut short, or a name not first or long: as parsing reads it
+            name = data[named : named + data[at + 1]]
+            if named + len(name) > end or len(name) != data[at + 1]:
+                return None
+            known = mapped.get(name)
+            if known is None:
+                text = name.decode("utf-8", errors="replace")
+                known = mapped[name] = table.get(text[:-6] if text.endswith("_total") else text) is not None
+            if known:
+                found = plans[count].values(data[at:end]) if count < len(plans) else None
+                if found is None:
+                    return None
+                values += found
+                count += 1
+            at = end
+        return values if count == len(plans) else None
+
+    def read(
+        self, data: bytes, table: Mapping[str, Rule], time_ns: int, rate_bps: float
+    ) -> ScrapeColumns | None:
+        """The scrape's columns, or None where it must be parsed (laid out otherwise, or values a
+        parse would read otherwise)."""
+        values = self._values(data, table)
+        if values is None:
+            return None
+        counters = self.counters(values)
+        if counters and not (
+            math.isfinite(sum(counters)) and min(counters) >= 0.0 and all(map(float.is_integer, counters))
+        ):
+            return None
+        key = self.rate_values(values)
+        if self.last_rates is None or self.last_rates[0] != key:
+            try:
+                self.last_rates = (key, _port_rates(self.rates, values))
+            except _SampleError:
+                return None
+        rates = self.last_rates[1]
+        key = self.state_values(values)
+        if self.last_states is None or self.last_states[0] != key:
+            found = _port_states(self.states, values, time_ns)
+            ups = {port: up for port, (_, up) in found.items() if up is not None}
+            self.last_states = (key, ups, sorted(self.counted.union(found)))
+        _, ups, ports = self.last_states
+        chunks = []
+        for chunk, picker, slices in self.chunks:
+            named = list(chunk.ports)
+            out = SampleColumns(
+                named, list(chunk.port_index), [time_ns] * chunk.rows, {}, dict(chunk.counter_kinds)
+            )
+            readings: list[Number] = list(map(int, picker(values)))
+            for metric, first, last, scales in slices:
+                column = readings[first:last]
+                out.columns[metric] = (
+                    column if scales is None else [v * s for v, s in zip(column, scales, strict=True)]
+                )
+            if rate_bps:
+                out.port_rates = [rate_bps] * len(named)
+            elif any(rates.get(port) for port in named):
+                out.port_rates = [rates.get(port, 0.0) for port in named]
+            chunks.append(out)
+        return ScrapeColumns(chunks, {port: (time_ns, up) for port, up in ups.items()}, list(ports))
+
+
+_Slice = tuple[str, int, int, list[float] | None]  # a metric's values in a chunk's pick, and scales
 
 
 def _readings(rows: Iterable[_Row], time_ns: int, names: _Names) -> list[PortReading]:
-    # (port, time) -> metric -> (precedence, value, kind); a later sample of equal precedence wins
-    # (a series repeated in one text is a later reading of the same counter).
-    counters: dict[tuple[str, int], dict[str, tuple[int, Number, str]]] = {}
-    rates: dict[str, float] = {}
+    rows = list(rows)
+    return _Routes(rows, time_ns, names).readings(rows, time_ns)
+
+
+def _time_of(stamp: Any, time_ns: int) -> int:
+    """A row's time: its own (seconds, a float or OpenMetrics' Timestamp), else the scrape's."""
+    return time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
+
+
+def _reading(value: Number, scale: float, row: _Row) -> Number:
+    """A counter's reading (`_counter`), times its rule's scale."""
+    if value.__class__ is float and 0.0 <= value < math.inf:  # the usual case, as _counter reads it
+        reading: Number = int(value) if value.is_integer() else value
+    else:
+        reading = _counter(value, row)
+    return reading * scale if scale != 1 else reading
+
+
+def _port_rates(entries: Iterable[tuple[str, int, _Row]], values: Sequence[Number]) -> dict[str, float]:
+    """Each port's link rate in bits/s from its rate rows (port, row index, row) with these values;
+    the last known one wins (netdev: negative is unknown; if_mib: 0 is; infiniband: refused)."""
+    rates = {}
+    for port, index, row in entries:
+        rule, value = row[0], values[index]
+        if rule.family == "infiniband":
+            rates[port] = float(_counter(value, row)) * rule.scale
+        elif math.isfinite(value) and value > 0:
+            rates[port] = float(value) * rule.scale
+    return rates
+
+
+def _port_states(
+    entries: Iterable[tuple[str, int, _Row]], values: Sequence[Number], time_ns: int
+) -> dict[str, tuple[int, bool | None]]:
+    """Each port's operational state as (time, up) from its state rows (port, row index, row) with
+    these values: the higher precedence wins, and at equal precedence the later row."""
     states: dict[str, tuple[int, int, bool | None]] = {}  # port -> (precedence, time, up)
-    for row in rows:
-        rule, _, labels, value, stamp = row
-        port = names.port(rule, labels, row)
-        if port is None:
-            continue  # not in port_names
-        # The text format's timestamps are floats (OpenMetrics' Timestamp objects convert to one).
-        time = time_ns if stamp is None else round(float(stamp) * 1000) * 1_000_000
-        role = rule.role
-        if role == "counter":
-            if value.__class__ is float and 0.0 <= value < math.inf:  # the usual case, as _counter reads it
-                reading: Number = int(value) if value.is_integer() else value
-            else:
-                reading = _counter(value, row)
-            if rule.scale != 1:
-                reading *= rule.scale
-            metrics = counters.get((port, time))
-            if metrics is None:
-                metrics = counters[port, time] = {}
-            held = metrics.get(rule.metric)
+    for port, index, row in entries:
+        rule = row[0]
+        state = _state(rule, row[2], values[index])
+        if state is not _NO_STATE:
+            held = states.get(port)
             if held is None or held[0] <= rule.precedence:
-                metrics[rule.metric] = (rule.precedence, reading, rule.kind)
-        elif role == "rate":
-            if rule.family == "infiniband":  # as before: a bad rate is refused
-                rates[port] = float(_counter(value, row)) * rule.scale
-            elif math.isfinite(value) and value > 0:  # netdev: negative is unknown; if_mib: 0 is
-                rates[port] = float(value) * rule.scale
-        else:
-            state = _state(rule, labels, value)
-            if state is not _NO_STATE:
-                held_state = states.get(port)
-                if held_state is None or held_state[0] <= rule.precedence:
-                    states[port] = (rule.precedence, time, state)
+                states[port] = (rule.precedence, _time_of(row[4], time_ns), state)
+    return {port: (time, up) for port, (_, time, up) in states.items()}
+
+
+class _Routes:
+    """Where each row of a scrape goes, whatever its value: the port and time it names, which counter
+    row wins where two rules give one metric of one port, and which rows say a rate or a state.
+    `readings` reads the rows' values. A protobuf scrape laid out as the last one is routed once and
+    read again (`_Template`)."""
+
+    def __init__(self, rows: list[_Row], time_ns: int, names: _Names) -> None:
+        # (port, time) -> metric -> (precedence, row index, kind, scale); a later row of equal
+        # precedence wins (a series repeated in one text is a later reading of the same counter).
+        self.counters: dict[tuple[str, int], dict[str, tuple[int, int, str, float]]] = {}
+        self.counter_rows: list[int] = []  # every counter row, winner or not: each must be readable
+        self.rates: list[tuple[str, int, _Row]] = []  # (port, row index, row), in row order
+        self.states: list[tuple[str, int, _Row]] = []
+        self.stamped = False  # a row has a time of its own
+        for index, row in enumerate(rows):
+            rule, _, labels, value, stamp = row
+            port = names.port(rule, labels, row)
+            if port is None:
+                continue  # not in port_names
+            time = _time_of(stamp, time_ns)
+            self.stamped = self.stamped or stamp is not None
+            role = rule.role
+            if role == "counter":
+                if not (value.__class__ is float and 0.0 <= value < math.inf):
+                    _counter(value, row)  # refused here, in row order, if it cannot be read
+                self.counter_rows.append(index)
+                metrics = self.counters.get((port, time))
+                if metrics is None:
+                    metrics = self.counters[port, time] = {}
+                held = metrics.get(rule.metric)
+                if held is None or held[0] <= rule.precedence:
+                    metrics[rule.metric] = (rule.precedence, index, rule.kind, rule.scale)
+            elif role == "rate":
+                self.rates.append((port, index, row))
+            else:
+                self.states.append((port, index, row))
+
+    def readings(self, rows: list[_Row], time_ns: int) -> list[PortReading]:
+        """The rows' readings, in time then port order."""
+        counters = {
+            key: {metric: (_reading(rows[index][3], scale, rows[index]), kind)
+                  for metric, (_, index, kind, scale) in metrics.items()}
+            for key, metrics in self.counters.items()
+        }  # fmt: skip
+        values = [row[3] for row in rows]
+        return _port_readings(
+            counters, _port_rates(self.rates, values), _port_states(self.states, values, time_ns)
+        )
+
+
+def _port_readings(
+    counters: Mapping[tuple[str, int], Mapping[str, tuple[Any, str]]],
+    rates: Mapping[str, float],
+    states: Mapping[str, tuple[int, bool | None]],
+) -> list[PortReading]:
+    """Readings of ports with counters (and their rate and state), then of ports with only a state,
+    in time then port order."""
     readings = [
         PortReading(
-            port,
-            time,
-            {metric: (value, kind) for metric, (_, value, kind) in values.items()},
-            rates.get(port, 0.0),
-            states[port][2] if port in states else None,
+            port, time, dict(values), rates.get(port, 0.0), states[port][1] if port in states else None
         )
         for (port, time), values in counters.items()
     ]
     counted = {port for port, _ in counters}
     readings += [
         PortReading(port, time, {}, rates.get(port, 0.0), up)
-        for port, (_, time, up) in states.items()
+        for port, (time, up) in states.items()
         if port not in counted
     ]
     readings.sort(key=lambda r: (r.time_ns, r.port))
