@@ -1,43 +1,54 @@
 """Scraping many targets at once, each with a timeout and a size bound, and backing off the ones that
 keep failing.
 
-`Scraper.scrape(targets)` fetches every target that is not backing off, all at the same time (one
-thread per target in flight, at most `max_workers`): a URL with urllib, a command with /bin/sh. A
-target that fails is reported with why, and skipped for the next 1, 2, 4, then 8 intervals after 1,
-2, 3, 4+ consecutive failures, so a dead switch costs one timeout now and then instead of one per
-interval; a success clears its back-off. One target failing never stops the others, whatever it
-does:
+`Scraper.scrape(targets)` fetches every target that is not backing off, all at the same time: the
+URLs on one asyncio event loop (a thread the Scraper owns) with a small HTTP/1.1 client of this
+module's own, at most `max_workers` of them in flight; the commands with /bin/sh, one thread per
+command in flight (at most `max_workers`). A target that fails is reported with why, and skipped for
+the next 1, 2, 4, then 8 intervals after 1, 2, 3, 4+ consecutive failures, so a dead switch costs
+one timeout now and then instead of one per interval; a success clears its back-off. One target
+failing never stops the others, whatever it does:
 
-- a URL: refused, timed out, an HTTP error status, an answer that is not HTTP (`bad HTTP response:
-  BadStatusLine: ...`), a body cut short (`truncated: N of M bytes` against its Content-Length,
-  `bad HTTP response: IncompleteRead(...)` for a chunked one), a reset. `timeout_s` bounds each
-  socket operation and the body as a whole (read in pieces); a server that trickles its status line
-  and headers a byte at a time is bounded only per operation (http.client reads those);
+- a URL: refused, timed out, an HTTP error status (`HTTP 404 Not Found`; redirects are followed, up
+  to 10), an answer that is not HTTP (`bad HTTP response: BadStatusLine: ...`), headers without end
+  (a line over 64 KiB, more than 100 headers or 256 KiB of them), a body cut short (`truncated: N of
+  M bytes` against its Content-Length, `bad HTTP response: IncompleteRead(N bytes read)` for a
+  chunked one, N the bytes of its whole chunks), a reset. `timeout_s` bounds the whole fetch:
+  connecting, the status line and headers (however slowly they trickle), the body;
 - a command: a non-zero exit (`exited with 3: <last line of stderr>`), a timeout. It runs in a
   session of its own, and the whole process group is killed when it times out, prints too much, or
   ends leaving processes behind, so no scrape outlives its target's turn;
 - either: more than `max_bytes` (`more than N bytes`), stopped there without reading the rest (a
-  command's stdout is read as it comes, and the command killed at the bound).
+  Content-Length above it is refused before the body; a command's stdout is read as it comes, and
+  the command killed at the bound).
 
 URL targets ask for the protobuf exposition first (`ACCEPT`, as Prometheus asks) with the text
 format as the fallback; a result carries the body's bytes and its Content-Type, and the parser
-(`fabrictwin.importers.prometheus.parse_scrape`) reads whichever came back.
+(`fabrictwin.importers.prometheus.parse_scrape`) reads whichever came back. http and https (the
+system's CAs, `ssl.create_default_context`); one GET per connection (`Connection: close`); a body by
+its Content-Length, chunked, or up to the end of the connection. `fetch_url` fetches one URL with
+the same client, synchronously.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
 import http.client
 import os
+import re
 import selectors
 import signal
+import ssl
 import subprocess
+import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
+import weakref
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urljoin, urlsplit
 
 from fabrictwin.mirror_config import DEFAULT_MAX_SCRAPE_BYTES, TargetConfig
 
@@ -55,6 +66,15 @@ ACCEPT = (
 )
 _PIECE = 64 * 1024  # bytes read at a time
 _STDERR_KEPT = 4096  # bytes of a command's stderr kept for its error message (the end of it)
+# An answer's head: its status line and each header (or chunk-size, or trailer) line at most 64 KiB
+# and at most 100 headers (http.client's bounds, and its words), the whole head at most 256 KiB.
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+_MAX_HEAD = 256 * 1024
+_MAX_REDIRECTS = 10  # as urllib
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_NOT_IN_URLS = re.compile("[\x00-\x20\x7f]")  # control characters and spaces: not sent in a request
+_T = TypeVar("_T")
 
 
 class ScrapeError(Exception):
@@ -81,15 +101,273 @@ class ScrapeResult:
         return self.body.decode("utf-8", errors="replace")
 
 
+# --- HTTP: one GET on an asyncio stream ----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Head:
+    """An answer's status line and headers (names lower-case; the first of a repeated one)."""
+
+    status: int
+    reason: str
+    headers: dict[str, str]
+
+
+def _status_line(line: bytes) -> tuple[int, str]:
+    """The status and reason of a status line; http.client's exceptions (and words) if it is none."""
+    text = str(line, "iso-8859-1")
+    words = text.split(None, 2)
+    if len(words) < 2 or not words[0].startswith("HTTP/"):
+        raise http.client.BadStatusLine(text)
+    try:
+        status = int(words[1])
+    except ValueError:
+        raise http.client.BadStatusLine(text) from None
+    if not 100 <= status <= 999:
+        raise http.client.BadStatusLine(text)
+    if words[0] not in ("HTTP/1.0", "HTTP/0.9") and not words[0].startswith("HTTP/1."):
+        raise http.client.UnknownProtocol(words[0])
+    return status, words[2].strip() if len(words) > 2 else ""
+
+
+def _headers(lines: list[bytes]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if colon and name and name[0] not in b" \t":  # (a folded line continues one not needed here)
+            headers.setdefault(name.strip().lower().decode("iso-8859-1"), value.strip().decode("iso-8859-1"))
+    return headers
+
+
+class _Reader:
+    """The bytes of one connection as they come: a buffer in front of an asyncio StreamReader."""
+
+    def __init__(self, stream: asyncio.StreamReader) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+        self.at = 0  # where the unread bytes of `buffer` begin
+
+    async def more(self) -> bool:
+        """Read what came next into the buffer; False at the end of the connection."""
+        if self.at:  # (what was read goes: the unread bytes move to the front)
+            del self.buffer[: self.at]
+            self.at = 0
+        piece = await self.stream.read(_PIECE)
+        self.buffer += piece
+        return bool(piece)
+
+    async def head(self) -> _Head:
+        """The next answer's status line and headers (an interim 1xx answer is passed over)."""
+        while True:
+            head = await self._head()
+            if not 100 <= head.status < 200 or head.status == 101:
+                return head
+
+    async def _head(self) -> _Head:
+        buffer = self.buffer
+        begin = start = self.at  # of the head, of its current line
+        lines: list[bytes] = []
+        status: tuple[int, str] | None = None
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                if len(buffer) - start > _MAX_LINE:
+                    raise http.client.LineTooLong("header line" if status else "status line")
+                if len(buffer) - begin > _MAX_HEAD:
+                    raise http.client.HTTPException(f"got more than {_MAX_HEAD} bytes of headers")
+                begin, start = begin - self.at, start - self.at  # (`more` moves the unread bytes)
+                if not await self.more():
+                    # The end of the connection: what came is all there is (so http.client reads it).
+                    if status is None:
+                        if start == len(buffer):
+                            raise http.client.RemoteDisconnected(
+                                "Remote end closed connection without response"
+                            )
+                        _status_line(bytes(buffer[start:]))
+                    buffer += b"\n\n" if start < len(buffer) else b"\n"
+                continue
+            if end + 1 - start > _MAX_LINE:
+                raise http.client.LineTooLong("header line" if status else "status line")
+            if end + 1 - begin > _MAX_HEAD:
+                raise http.client.HTTPException(f"got more than {_MAX_HEAD} bytes of headers")
+            if status is None:
+                status = _status_line(bytes(buffer[start : end + 1]))
+            elif end == start or (end == start + 1 and buffer[start] == 0x0D):  # the empty line
+                self.at = end + 1
+                return _Head(*status, _headers(lines))
+            else:
+                lines.append(bytes(buffer[start:end]))
+                if len(lines) > _MAX_HEADERS:
+                    raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+            start = end + 1
+
+    async def exactly(self, size: int) -> bytes | None:
+        """The next `size` bytes, or None if the connection ends before."""
+        while len(self.buffer) - self.at < size:
+            if not await self.more():
+                return None
+        with memoryview(self.buffer) as view:
+            piece = bytes(view[self.at : self.at + size])
+        self.at += size
+        return piece
+
+    async def line(self, what: str) -> bytes | None:
+        """The next line (without its end), or None if the connection ends before; LineTooLong
+        (naming `what`) past 64 KiB."""
+        start = self.at
+        while (end := self.buffer.find(b"\n", start)) < 0:
+            if len(self.buffer) - self.at > _MAX_LINE:
+                raise http.client.LineTooLong(what)
+            start = len(self.buffer) - self.at
+            if not await self.more():
+                return None
+            start += self.at
+        line = bytes(self.buffer[self.at : end])
+        self.at = end + 1
+        return line[:-1] if line.endswith(b"\r") else line
+
+    async def chunked(self, max_bytes: int) -> bytes:
+        """A chunked body, decoded; IncompleteRead if it is cut short or is not chunked (the bytes of
+        its whole chunks read), `more than N bytes` as soon as its chunks add up to more."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            line = await self.line("chunk size")
+            try:
+                length = int(line.split(b";", 1)[0], 16) if line is not None else -1
+            except ValueError:
+                length = -1
+            if length < 0:
+                raise http.client.IncompleteRead(b"".join(pieces))
+            if length == 0:
+                break
+            size += length
+            if size > max_bytes:
+                raise ScrapeError(f"more than {max_bytes} bytes")
+            piece = await self.exactly(length)
+            if piece is None or (await self.line("chunk size")) != b"":
+                raise http.client.IncompleteRead(b"".join(pieces))
+            pieces.append(piece)
+        trailers = 0
+        while line := await self.line("trailer line"):  # up to the empty line (or the end of the connection)
+            trailers += len(line)
+            if trailers > _MAX_HEAD:
+                raise http.client.HTTPException(f"got more than {_MAX_HEAD} bytes of trailers")
+        return b"".join(pieces)
+
+    async def to_the_end(self, max_bytes: int) -> bytes:
+        """The rest of the connection (at most `max_bytes`)."""
+        while len(self.buffer) - self.at <= max_bytes:
+            if not await self.more():
+                return bytes(self.buffer[self.at :])
+        raise ScrapeError(f"more than {max_bytes} bytes")
+
+
+class _Http:
+    """HTTP/1.1 GETs on asyncio streams, one per connection; the TLS context made once, when an https
+    URL first needs it."""
+
+    def __init__(self) -> None:
+        self._tls: ssl.SSLContext | None = None
+
+    def _context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
+
+    async def fetch(
+        self, url: str, timeout_s: float, max_bytes: int, accept: str | None
+    ) -> tuple[bytes, str, int]:
+        """`fetch_url_timed`, on the running event loop."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                hop = 0
+                while isinstance(answer := await self._get(url, max_bytes, accept, hop), str):
+                    url, hop = answer, hop + 1
+                return answer
+        except TimeoutError:
+            raise ScrapeError(f"timed out after {timeout_s:g} s") from None
+
+    async def _get(
+        self, url: str, max_bytes: int, accept: str | None, hop: int
+    ) -> tuple[bytes, str, int] | str:
+        """The body, Content-Type and answer time of a GET of `url`, or where it redirects to (the
+        `hop`th redirect so far)."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ScrapeError(f"unknown url type: {scheme or url!r}")
+        host = parts.hostname
+        if not host:
+            raise ScrapeError(f"no host given: {url!r}")
+        port = parts.port or (443 if scheme == "https" else 80)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        name = f"[{host}]" if ":" in host else host
+        authority = name if parts.port is None else f"{name}:{parts.port}"
+        if _NOT_IN_URLS.search(target) or _NOT_IN_URLS.search(authority):
+            raise ScrapeError(f"URL can't contain control characters or spaces: {url!r}")
+        request = (
+            f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n"
+            + (f"Accept: {accept}\r\n" if accept else "")
+            + "Accept-Encoding: identity\r\nUser-Agent: fabrictwin\r\nConnection: close\r\n\r\n"
+        ).encode("ascii")
+        stream, writer = await asyncio.open_connection(
+            host, port, ssl=self._context() if scheme == "https" else None
+        )
+        try:
+            writer.write(request)
+            reader = _Reader(stream)
+            head = await reader.head()
+            answered = time.time_ns()
+            if head.status in _REDIRECTS and "location" in head.headers:
+                location = urljoin(url, head.headers["location"])
+                if hop == _MAX_REDIRECTS:
+                    raise ScrapeError(f"HTTP {head.status} {head.reason}: more than {hop} redirects")
+                if urlsplit(location).scheme.lower() not in ("http", "https"):
+                    raise ScrapeError(f"HTTP {head.status} {head.reason}: a redirect to {location!r}")
+                return location
+            if not 200 <= head.status < 300:
+                raise ScrapeError(f"HTTP {head.status} {head.reason}".rstrip())
+            content_type = head.headers.get("content-type", "")
+            coding = head.headers.get("transfer-encoding")
+            announced = head.headers.get("content-length", "")
+            if head.status in (204, 205):
+                body = b""
+            elif coding is not None and coding.lower() == "chunked":
+                body = await reader.chunked(max_bytes)
+            elif coding is None and announced.isascii() and announced.isdigit():
+                length = int(announced)
+                if length > max_bytes:
+                    raise ScrapeError(f"more than {max_bytes} bytes (Content-Length {length})")
+                piece = await reader.exactly(length)
+                if piece is None:
+                    raise ScrapeError(f"truncated: {len(reader.buffer) - reader.at} of {length} bytes")
+                body = piece
+            else:
+                body = await reader.to_the_end(max_bytes)
+            return body, content_type, answered
+        finally:
+            writer.transport.abort()  # the answer is read (or refused): nothing more to say
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coroutine` on an event loop of its own (in a thread of its own if this thread runs one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
+
 def fetch_url(
     url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_SCRAPE_BYTES, accept: str | None = ACCEPT
 ) -> tuple[bytes, str]:
-    """The body of `url` and its Content-Type; ScrapeError (or OSError, HTTPException) if it fails
-    (`why_failed` says why in words).
+    """The body of `url` and its Content-Type; ScrapeError (or OSError, HTTPException, ValueError) if
+    it fails (`why_failed` says why in words).
 
-    The body is read in pieces: past `max_bytes` (or a Content-Length above it) the read stops, and
-    so it does when `timeout_s` has passed since the request (each socket operation also has that
-    timeout). A body shorter than its Content-Length is refused, not passed on as a shorter scrape.
+    `timeout_s` bounds the whole fetch; past `max_bytes` (or a Content-Length above it) the read
+    stops. A body shorter than its Content-Length is refused, not passed on as a shorter scrape.
     `accept`: the formats asked for (None: no Accept header, which exporters answer with text).
     """
     body, content_type, _ = fetch_url_timed(url, timeout_s, max_bytes, accept)
@@ -102,32 +380,7 @@ def fetch_url_timed(
     """`fetch_url`, and the wall-clock time (ns) its answer began: when the status line and headers
     had come, the moment an exporter has read its counters (node_exporter and the Prometheus client
     libraries read them on the request and say no time of their own), before the body's transfer."""
-    deadline = time.monotonic() + timeout_s
-    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        answered = time.time_ns()
-        content_type = response.headers.get("Content-Type", "")
-        announced = response.headers.get("Content-Length", "").strip()
-        length = (
-            int(announced) if announced.isdigit() and not response.headers.get("Transfer-Encoding") else None
-        )
-        if length is not None and length > max_bytes:
-            raise ScrapeError(f"more than {max_bytes} bytes (Content-Length {length})")
-        pieces: list[bytes] = []
-        size = 0
-        while True:
-            piece: bytes = response.read(_PIECE)
-            if not piece:
-                break
-            size += len(piece)
-            if size > max_bytes:
-                raise ScrapeError(f"more than {max_bytes} bytes")
-            pieces.append(piece)
-            if time.monotonic() > deadline:
-                raise ScrapeError(f"timed out after {timeout_s:g} s")
-    if length is not None and size < length:
-        raise ScrapeError(f"truncated: {size} of {length} bytes")
-    return b"".join(pieces), content_type, answered
+    return _run(_Http().fetch(url, timeout_s, max_bytes, accept))
 
 
 def _pidfd(pid: int) -> int:
@@ -249,28 +502,66 @@ def why_failed(exc: Exception, timeout_s: float) -> str:
     """Why a fetch (`fetch_url`, `fetch_command`) failed, in words, on one line."""
     if isinstance(exc, ScrapeError):
         return str(exc)
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
     if isinstance(exc, http.client.HTTPException):  # not HTTP, a chunked body cut short, ...: no OSError
         return _http_problem(exc)
-    if isinstance(exc, urllib.error.URLError | OSError | ValueError):
+    if isinstance(exc, OSError | ValueError):
         reason = getattr(exc, "reason", exc)
-        return f"timed out after {timeout_s:g} s" if "timed out" in str(reason) else str(reason)[:200]
+        if "timed out" in str(reason):
+            return f"timed out after {timeout_s:g} s"
+        if isinstance(exc, OSError) and exc.errno and str(exc.strerror).startswith("Connect call failed"):
+            return f"[Errno {exc.errno}] {os.strerror(exc.errno)}"  # (asyncio's words name the address)
+        return str(reason)[:200]
     # Anything else a target can provoke is still only that target's failure.
     return f"unexpected {type(exc).__name__}: {exc}"[:300]
 
 
-def _scrape_one(target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
+def _scrape_command(target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
     at = time.time_ns()  # a failure's time: when it was tried
     started = time.monotonic()
     try:
-        if target.url:
-            body, content_type, answered = fetch_url_timed(target.url, timeout_s, max_bytes)
-        else:
-            (body, answered), content_type = fetch_command_timed(target.command, timeout_s, max_bytes), ""
+        body, answered = fetch_command_timed(target.command, timeout_s, max_bytes)
+    except Exception as exc:
+        return ScrapeResult(target, at, error=why_failed(exc, timeout_s), seconds=time.monotonic() - started)
+    return ScrapeResult(target, answered, body, seconds=time.monotonic() - started)
+
+
+async def _scrape_url(http: _Http, target: TargetConfig, timeout_s: float, max_bytes: int) -> ScrapeResult:
+    at = time.time_ns()  # a failure's time: when it was tried
+    started = time.monotonic()
+    try:
+        body, content_type, answered = await http.fetch(target.url, timeout_s, max_bytes, ACCEPT)
     except Exception as exc:
         return ScrapeResult(target, at, error=why_failed(exc, timeout_s), seconds=time.monotonic() - started)
     return ScrapeResult(target, answered, body, content_type, seconds=time.monotonic() - started)
+
+
+class _LoopThread:
+    """An asyncio event loop running in a thread of its own until `close`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="scrape-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run `coroutine` on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        """Cancel what still runs (a scrape waiting for it is cancelled), stop the loop, close it."""
+
+        async def cancel() -> None:
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._thread.is_alive():
+            with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
+                self.run(cancel())
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+        self.loop.close()
 
 
 class Scraper:
@@ -281,9 +572,13 @@ class Scraper:
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.max_workers = max_workers
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="scrape"
         )
+        self._http = _Http()
+        self._loop: _LoopThread | None = None  # started by the first URL target
+        self._stop_loop: weakref.finalize[[], Scraper] | None = None
         self._failures: dict[str, int] = {}
         self._skip: dict[str, int] = {}
 
@@ -295,21 +590,48 @@ class Scraper:
         """Scrape every target not backing off; results in the order of `targets`."""
         now = time.time_ns()
         futures: dict[int, concurrent.futures.Future[ScrapeResult]] = {}
+        urls: list[int] = []
         results: list[ScrapeResult | None] = [None] * len(targets)
         for i, target in enumerate(targets):
             skip = self._skip.get(target.where, 0)
             if skip:
                 self._skip[target.where] = skip - 1
                 results[i] = ScrapeResult(target, now, error=f"backing off ({skip} more)", skipped=True)
+            elif target.url:
+                urls.append(i)
             else:
-                futures[i] = self._pool.submit(_scrape_one, target, self.timeout_s, self.max_bytes)
+                futures[i] = self._pool.submit(_scrape_command, target, self.timeout_s, self.max_bytes)
+        if urls:
+            fetched = self._event_loop().run(self._scrape_urls([targets[i] for i in urls]))
+            results_of = dict(zip(urls, fetched, strict=True))
+        else:
+            results_of = {}
         for i, future in futures.items():
-            result = future.result()
+            results_of[i] = future.result()
+        for i, result in results_of.items():
             if result.error:
                 self.failed(result.target)
             else:
                 self._failures.pop(result.target.where, None)
             results[i] = result
+        return [result for result in results if result is not None]
+
+    def _event_loop(self) -> _LoopThread:
+        if self._loop is None:
+            self._loop = _LoopThread()
+            self._stop_loop = weakref.finalize(self, self._loop.close)  # (if never closed)
+        return self._loop
+
+    async def _scrape_urls(self, targets: list[TargetConfig]) -> list[ScrapeResult]:
+        """Every target fetched, at most `max_workers` at a time; results in their order."""
+        results: list[ScrapeResult | None] = [None] * len(targets)
+        todo = iter(enumerate(targets))
+
+        async def worker() -> None:
+            for i, target in todo:
+                results[i] = await _scrape_url(self._http, target, self.timeout_s, self.max_bytes)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.max_workers, len(targets)))))
         return [result for result in results if result is not None]
 
     def failed(self, target: TargetConfig) -> None:
@@ -321,3 +643,5 @@ class Scraper:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._stop_loop is not None:
+            self._stop_loop()
