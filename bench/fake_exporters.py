@@ -7,7 +7,9 @@ answers in the protobuf exposition (delimited io.prometheus.client.MetricFamily 
 families and values) when the request's Accept asks for it, else in the text format; with `--text`
 it serves text only (an exporter that knows no protobuf). Prints its port, then serves until
 killed. The lines and messages are built once; a scrape only writes the counters in (in protobuf a
-counter is a fixed 8-byte double, so every message keeps its length).
+counter is a fixed 8-byte double, so every message keeps its length). Connections are kept open
+between requests as node_exporter (Go's net/http) keeps them, unless a request says
+`Connection: close`.
 """
 
 from __future__ import annotations
@@ -130,13 +132,14 @@ def main(directory: str, text_only: bool = False) -> None:
             messages[path.stem] = protobuf_template(items)
     scrapes = {"count": 0}
 
-    def answer(request: bytes) -> bytes:
+    def answer(request: bytes, close: bool) -> bytes:
         line, _, headers = request.partition(b"\r\n")
         parts = line.split(b" ")
         node = parts[1].decode(errors="replace").strip("/").split("/")[0] if len(parts) > 1 else ""
         text = texts.get(node)
+        ending = b"Connection: close\r\n\r\n" if close else b"\r\n"
         if text is None:
-            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n" + ending
         scrapes["count"] += 1
         n = scrapes["count"]
         counters = (n * 1_000_000, n * 1_000, n)
@@ -145,10 +148,12 @@ def main(directory: str, text_only: bool = False) -> None:
         else:
             body, content_type = render(text, counters), "text/plain; version=0.0.4"
         head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-        return (head + "Connection: close\r\n\r\n").encode() + body
+        return head.encode() + ending + body
 
     class Exporter(asyncio.Protocol):
-        """One connection: one GET, answered, then closed (the mirror asks once per connection)."""
+        """One connection: its GETs answered in turn, kept open as Go's net/http server keeps it
+        (node_exporter's): closed after an answer only when the request asked (`Connection: close`,
+        or HTTP/1.0), or by the client."""
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             assert isinstance(transport, asyncio.Transport)
@@ -157,9 +162,13 @@ def main(directory: str, text_only: bool = False) -> None:
 
         def data_received(self, data: bytes) -> None:
             self.request += data
-            if b"\r\n\r\n" in self.request:
-                self.transport.write(answer(self.request))
-                self.transport.close()
+            while (end := self.request.find(b"\r\n\r\n")) >= 0:
+                request, self.request = self.request[: end + 4], self.request[end + 4 :]
+                close = b"\r\nconnection: close\r\n" in request.lower() or b" HTTP/1.0\r\n" in request
+                self.transport.write(answer(request, close))
+                if close:
+                    self.transport.close()
+                    return
 
     async def serve() -> None:
         # An asyncio server, not http.server's thread per connection: the exporters' own cost stays

@@ -326,3 +326,125 @@ def test_https_against_the_systems_cas_and_a_server_not_trusted_is_refused(pki: 
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.error
     assert (trusted.error, trusted.body, body) == ("", BODY, BODY)
     assert f"\r\nHost: localhost:{s.port}\r\n".encode() in s.requests[-2]
+
+
+# --- kept connections ------------------------------------------------------------------------------
+
+Turn = Callable[[int, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class KeepingServer(Server):
+    """A server keeping its connections, as Go's net/http does: `turn(n, reader, writer)` answers the
+    n-th request (0, 1, ...) on a connection and says whether to keep it for another."""
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(answer())
+        self.turn = turn
+        self.closed = 0  # connections that ended
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            for n in range(1000):
+                try:
+                    self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+                except asyncio.IncompleteReadError:
+                    break  # the client closed it
+                if not await self.turn(n, reader, writer):
+                    break
+                await writer.drain()
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self.closed += 1
+            writer.close()
+
+
+def ok(body: bytes = BODY) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+async def always(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    writer.write(ok())
+    return True
+
+
+def test_connections_are_kept_for_the_next_scrape_and_closed_with_the_scraper():
+    with KeepingServer(always).running() as s:
+        scraper = Scraper(5, max_workers=1)
+        targets = [TargetConfig(f"leaf-{i}", url=s.url(f"/leaf-{i}/metrics")) for i in range(3)]
+        try:
+            for _ in range(2):
+                assert [r.body for r in scraper.scrape(targets)] == [BODY] * 3
+            assert (s.connections, s.closed, len(s.requests)) == (1, 0, 6)
+            assert all(b"Connection: close" not in request for request in s.requests)
+        finally:
+            scraper.close()
+        deadline = time.monotonic() + 5
+        while s.closed < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.closed == 1  # closed by the scraper's close
+
+
+@pytest.mark.parametrize("how", ["closed", "reset", "408"])
+def test_a_kept_connection_the_server_dropped_is_asked_again_once_on_a_new_one(how: str):
+    async def one_each(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if n == 0:
+            writer.write(ok())
+            return True
+        # The second request on a connection: as a server closing an idle connection just then.
+        if how == "reset":
+            writer.transport.abort()
+        elif how == "408":
+            writer.write(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        return False
+
+    with KeepingServer(one_each).running() as s:
+        scraper = Scraper(5, max_workers=1)
+        target = TargetConfig("leaf-0", url=s.url())
+        try:
+            first = scraper.scrape([target])
+            second = scraper.scrape([target])
+        finally:
+            scraper.close()
+    assert [(r.error, r.body) for r in first + second] == [("", BODY), ("", BODY)]
+    assert (s.connections, len(s.requests)) == (2, 3)
+
+
+def test_a_kept_connection_failing_once_its_answer_began_is_not_asked_again():
+    async def cut(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(ok() if n == 0 else b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
+        return n == 0
+
+    with KeepingServer(cut).running() as s:
+        scraper = Scraper(5, max_workers=1)
+        target = TargetConfig("leaf-0", url=s.url())
+        try:
+            first, second = scraper.scrape([target]) + scraper.scrape([target])
+        finally:
+            scraper.close()
+    assert (first.error, second.error) == ("", "truncated: 3 of 100 bytes")
+    assert (s.connections, len(s.requests)) == (1, 2)
+
+
+def test_an_answer_that_ends_the_connection_or_says_close_is_not_kept():
+    async def closing(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+        )
+        return True  # (kept open by the server all the same: the client is to close it)
+
+    async def http_1_0(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+        return True
+
+    for turn in (closing, http_1_0):
+        with KeepingServer(turn).running() as s:
+            scraper = Scraper(5, max_workers=1)
+            target = TargetConfig("leaf-0", url=s.url())
+            try:
+                results = scraper.scrape([target]) + scraper.scrape([target])
+            finally:
+                scraper.close()
+        assert [r.body for r in results] == [BODY, BODY]
+        assert (s.connections, len(s.requests)) == (2, 2)

@@ -25,9 +25,14 @@ failing never stops the others, whatever it does:
 URL targets ask for the protobuf exposition first (`ACCEPT`, as Prometheus asks) with the text
 format as the fallback; a result carries the body's bytes and its Content-Type, and the parser
 (`fabrictwin.importers.prometheus.parse_scrape`) reads whichever came back. http and https (the
-system's CAs, `ssl.create_default_context`); one GET per connection (`Connection: close`); a body by
-its Content-Length, chunked, or up to the end of the connection. `fetch_url` fetches one URL with
-the same client, synchronously.
+system's CAs, `ssl.create_default_context`); a body by its Content-Length, chunked, or up to the end
+of the connection. As Prometheus does, the Scraper keeps a connection whose answer it read whole for
+the next scrape of the same host and port (setting one up costs more than the GET on it); a GET that
+fails on a kept connection before its answer began (the server closed it meanwhile) is asked once
+more on a new one. Kept connections are closed by `Scraper.close`, after 5 minutes unused, and when
+the server has closed them; at most a quarter of the process's file descriptors are kept. No proxy
+(urllib's *_proxy variables) is used. `fetch_url` fetches one URL with the same client,
+synchronously, one connection a call.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import http.client
 import os
 import re
@@ -46,7 +52,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
@@ -72,6 +78,7 @@ _MAX_LINE = 65536
 _MAX_HEADERS = 100
 _MAX_HEAD = 256 * 1024
 _MAX_REDIRECTS = 10  # as urllib
+_IDLE_S = 300.0  # a kept connection unused this long is closed
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NOT_IN_URLS = re.compile("[\x00-\x20\x7f]")  # control characters and spaces: not sent in a request
 _T = TypeVar("_T")
@@ -110,11 +117,13 @@ class _Head:
 
     status: int
     reason: str
+    http_1_1: bool  # (not HTTP/1.0)
     headers: dict[str, str]
 
 
-def _status_line(line: bytes) -> tuple[int, str]:
-    """The status and reason of a status line; http.client's exceptions (and words) if it is none."""
+def _status_line(line: bytes) -> tuple[int, str, bool]:
+    """The status, reason and whether it says HTTP/1.1 (not 1.0) of a status line; http.client's
+    exceptions (and words) if it is none."""
     text = str(line, "iso-8859-1")
     words = text.split(None, 2)
     if len(words) < 2 or not words[0].startswith("HTTP/"):
@@ -125,9 +134,10 @@ def _status_line(line: bytes) -> tuple[int, str]:
         raise http.client.BadStatusLine(text) from None
     if not 100 <= status <= 999:
         raise http.client.BadStatusLine(text)
-    if words[0] not in ("HTTP/1.0", "HTTP/0.9") and not words[0].startswith("HTTP/1."):
+    http_1_0 = words[0] in ("HTTP/1.0", "HTTP/0.9")
+    if not http_1_0 and not words[0].startswith("HTTP/1."):
         raise http.client.UnknownProtocol(words[0])
-    return status, words[2].strip() if len(words) > 2 else ""
+    return status, words[2].strip() if len(words) > 2 else "", not http_1_0
 
 
 def _headers(lines: list[bytes]) -> dict[str, str]:
@@ -146,6 +156,7 @@ class _Reader:
         self.stream = stream
         self.buffer = bytearray()
         self.at = 0  # where the unread bytes of `buffer` begin
+        self.received = 0  # bytes that came
 
     async def more(self) -> bool:
         """Read what came next into the buffer; False at the end of the connection."""
@@ -153,6 +164,7 @@ class _Reader:
             del self.buffer[: self.at]
             self.at = 0
         piece = await self.stream.read(_PIECE)
+        self.received += len(piece)
         self.buffer += piece
         return bool(piece)
 
@@ -167,7 +179,7 @@ class _Reader:
         buffer = self.buffer
         begin = start = self.at  # of the head, of its current line
         lines: list[bytes] = []
-        status: tuple[int, str] | None = None
+        status: tuple[int, str, bool] | None = None
         while True:
             end = buffer.find(b"\n", start)
             if end < 0:
@@ -263,12 +275,67 @@ class _Reader:
         raise ScrapeError(f"more than {max_bytes} bytes")
 
 
-class _Http:
-    """HTTP/1.1 GETs on asyncio streams, one per connection; the TLS context made once, when an https
-    URL first needs it."""
+_Key = tuple[str, str, int]  # scheme, host, port: where a connection goes
 
-    def __init__(self) -> None:
+
+class _Unanswered(Exception):
+    """A reused connection that failed before the first byte of an answer (the server had closed
+    it, or was closing it: Go's servers close idle connections at any time)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _request(url: str, accept: str | None, close: bool) -> tuple[_Key, bytes]:
+    """Where a GET of `url` goes and the request's bytes; ScrapeError if it cannot be asked."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ScrapeError(f"unknown url type: {scheme or url!r}")
+    host = parts.hostname
+    if not host:
+        raise ScrapeError(f"no host given: {url!r}")
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    name = f"[{host}]" if ":" in host else host
+    authority = name if parts.port is None else f"{name}:{parts.port}"
+    if _NOT_IN_URLS.search(target) or _NOT_IN_URLS.search(authority):
+        raise ScrapeError(f"URL can't contain control characters or spaces: {url!r}")
+    request = (
+        f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n"
+        + (f"Accept: {accept}\r\n" if accept else "")
+        + "Accept-Encoding: identity\r\nUser-Agent: fabrictwin\r\n"
+        + ("Connection: close\r\n" if close else "")
+        + "\r\n"
+    ).encode("ascii")
+    return (scheme, host, port), request
+
+
+def _idle_bound() -> int:
+    """Idle connections kept at most: a quarter of the file descriptors this process may open."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 256
+    return 1 << 20 if soft == resource.RLIM_INFINITY else max(64, soft // 4)
+
+
+class _Http:
+    """HTTP/1.1 GETs on asyncio streams; the TLS context made once, when an https URL first needs it.
+
+    With `keep_alive`, a connection whose answer was read whole (by its Content-Length or chunks) and
+    that the server did not close is kept for the next GET to the same place, as Prometheus keeps
+    them; a GET that fails on a kept connection before any byte of an answer (or is answered 408, as
+    a server closing it may) is asked once more on a new one. Kept connections are closed by `close`,
+    after `_IDLE_S` unused, and when the server closed them (`prune`). Without it, one GET per
+    connection (`Connection: close`)."""
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
         self._tls: ssl.SSLContext | None = None
+        self._idle: dict[_Key, list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]] = {}
+        self._idle_count = 0
+        self._idle_bound = _idle_bound() if keep_alive else 0
 
     def _context(self) -> ssl.SSLContext:
         if self._tls is None:
@@ -293,31 +360,40 @@ class _Http:
     ) -> tuple[bytes, str, int] | str:
         """The body, Content-Type and answer time of a GET of `url`, or where it redirects to (the
         `hop`th redirect so far)."""
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https"):
-            raise ScrapeError(f"unknown url type: {scheme or url!r}")
-        host = parts.hostname
-        if not host:
-            raise ScrapeError(f"no host given: {url!r}")
-        port = parts.port or (443 if scheme == "https" else 80)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        name = f"[{host}]" if ":" in host else host
-        authority = name if parts.port is None else f"{name}:{parts.port}"
-        if _NOT_IN_URLS.search(target) or _NOT_IN_URLS.search(authority):
-            raise ScrapeError(f"URL can't contain control characters or spaces: {url!r}")
-        request = (
-            f"GET {target} HTTP/1.1\r\nHost: {authority}\r\n"
-            + (f"Accept: {accept}\r\n" if accept else "")
-            + "Accept-Encoding: identity\r\nUser-Agent: fabrictwin\r\nConnection: close\r\n\r\n"
-        ).encode("ascii")
+        key, request = _request(url, accept, not self.keep_alive)
+        kept = self._take(key)
+        if kept is not None:
+            with contextlib.suppress(_Unanswered):
+                return await self._exchange(url, key, request, *kept, max_bytes, hop, reused=True)
         stream, writer = await asyncio.open_connection(
-            host, port, ssl=self._context() if scheme == "https" else None
+            key[1], key[2], ssl=self._context() if key[0] == "https" else None
         )
+        return await self._exchange(url, key, request, stream, writer, max_bytes, hop, reused=False)
+
+    async def _exchange(
+        self,
+        url: str,
+        key: _Key,
+        request: bytes,
+        stream: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_bytes: int,
+        hop: int,
+        reused: bool,
+    ) -> tuple[bytes, str, int] | str:
+        """`_get` on this connection (kept for the next if it can be, else closed)."""
+        keep = False
         try:
             writer.write(request)
             reader = _Reader(stream)
-            head = await reader.head()
+            try:
+                head = await reader.head()
+            except OSError:  # (RemoteDisconnected too: the end of the connection before an answer)
+                if reused and not reader.received:
+                    raise _Unanswered from None
+                raise
+            if reused and head.status == 408:
+                raise _Unanswered
             answered = time.time_ns()
             if head.status in _REDIRECTS and "location" in head.headers:
                 location = urljoin(url, head.headers["location"])
@@ -331,6 +407,7 @@ class _Http:
             content_type = head.headers.get("content-type", "")
             coding = head.headers.get("transfer-encoding")
             announced = head.headers.get("content-length", "")
+            whole = True  # the answer's end is known (not the end of the connection)
             if head.status in (204, 205):
                 body = b""
             elif coding is not None and coding.lower() == "chunked":
@@ -344,18 +421,89 @@ class _Http:
                     raise ScrapeError(f"truncated: {len(reader.buffer) - reader.at} of {length} bytes")
                 body = piece
             else:
-                body = await reader.to_the_end(max_bytes)
+                body, whole = await reader.to_the_end(max_bytes), False
+            keep = (
+                self.keep_alive
+                and whole
+                and head.http_1_1
+                and "close" not in head.headers.get("connection", "").lower()
+                and reader.at == len(reader.buffer)  # (nothing more came than the answer)
+            )
             return body, content_type, answered
         finally:
-            writer.transport.abort()  # the answer is read (or refused): nothing more to say
+            if keep and self._idle_count < self._idle_bound:
+                self._idle.setdefault(key, []).append((stream, writer, time.monotonic()))
+                self._idle_count += 1
+            else:
+                writer.transport.abort()  # the answer is read (or refused): nothing more to say
+
+    def _take(self, key: _Key) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A kept connection to `key` the server has not closed, if there is one."""
+        kept = self._idle.get(key)
+        while kept:
+            stream, writer, _ = kept.pop()
+            self._idle_count -= 1
+            if not (stream.at_eof() or writer.is_closing() or stream.exception()):
+                return stream, writer
+            writer.transport.abort()
+        return None
+
+    def prune(self) -> None:
+        """Close the kept connections unused for `_IDLE_S` and those the server has closed."""
+        oldest = time.monotonic() - _IDLE_S
+        for key, kept in list(self._idle.items()):
+            fresh = []
+            for stream, writer, since in kept:
+                if since < oldest or stream.at_eof() or writer.is_closing() or stream.exception():
+                    writer.transport.abort()
+                else:
+                    fresh.append((stream, writer, since))
+            self._idle_count -= len(kept) - len(fresh)
+            if fresh:
+                self._idle[key] = fresh
+            else:
+                del self._idle[key]
+
+    def close(self) -> None:
+        """Close every kept connection."""
+        for kept in self._idle.values():
+            for _, writer, _ in kept:
+                writer.transport.abort()
+        self._idle.clear()
+        self._idle_count = 0
+
+
+class _ThreadLoop:
+    """An event loop for `fetch_url`'s calls in one thread, closed when the thread's local data goes
+    (or at exit): asyncio.run per call costs a third of a fetch, a loop in another thread as much."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        weakref.finalize(self, self.loop.close)
+
+
+_thread_loops = threading.local()
+
+
+def _forget_the_loops() -> None:
+    """In a forked child: the loops (their epoll) were the parent's; the child makes its own."""
+    global _thread_loops
+    _thread_loops = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_the_loops)
 
 
 def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """Run `coroutine` on an event loop of its own (in a thread of its own if this thread runs one)."""
+    """Run `coroutine` on this thread's event loop for `fetch_url` (in a thread of its own if this
+    thread runs an event loop already)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        own = getattr(_thread_loops, "loop", None)
+        if own is None:
+            own = _thread_loops.loop = _ThreadLoop()
+        return own.loop.run_until_complete(coroutine)
     with concurrent.futures.ThreadPoolExecutor(1) as thread:
         return thread.submit(asyncio.run, coroutine).result()
 
@@ -380,7 +528,7 @@ def fetch_url_timed(
     """`fetch_url`, and the wall-clock time (ns) its answer began: when the status line and headers
     had come, the moment an exporter has read its counters (node_exporter and the Prometheus client
     libraries read them on the request and say no time of their own), before the body's transfer."""
-    return _run(_Http().fetch(url, timeout_s, max_bytes, accept))
+    return _run(_Http(keep_alive=False).fetch(url, timeout_s, max_bytes, accept))
 
 
 def _pidfd(pid: int) -> int:
@@ -547,14 +695,17 @@ class _LoopThread:
         """Run `coroutine` on the loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def close(self) -> None:
-        """Cancel what still runs (a scrape waiting for it is cancelled), stop the loop, close it."""
+    def close(self, last: Callable[[], None]) -> None:
+        """Cancel what still runs (a scrape waiting for it is cancelled), call `last` on the loop, stop
+        the loop, close it."""
 
         async def cancel() -> None:
             tasks = asyncio.all_tasks() - {asyncio.current_task()}
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            last()
+            await asyncio.sleep(0)  # (what `last` closed is gone)
 
         if self._thread.is_alive():
             with contextlib.suppress(concurrent.futures.CancelledError, RuntimeError):
@@ -576,9 +727,9 @@ class Scraper:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="scrape"
         )
-        self._http = _Http()
+        self._http = _Http(keep_alive=True)
         self._loop: _LoopThread | None = None  # started by the first URL target
-        self._stop_loop: weakref.finalize[[], Scraper] | None = None
+        self._stop_loop: weakref.finalize[[Callable[[], None]], Scraper] | None = None
         self._failures: dict[str, int] = {}
         self._skip: dict[str, int] = {}
 
@@ -619,11 +770,13 @@ class Scraper:
     def _event_loop(self) -> _LoopThread:
         if self._loop is None:
             self._loop = _LoopThread()
-            self._stop_loop = weakref.finalize(self, self._loop.close)  # (if never closed)
+            # (`close`, or when the Scraper is collected without it)
+            self._stop_loop = weakref.finalize(self, self._loop.close, self._http.close)
         return self._loop
 
     async def _scrape_urls(self, targets: list[TargetConfig]) -> list[ScrapeResult]:
         """Every target fetched, at most `max_workers` at a time; results in their order."""
+        self._http.prune()
         results: list[ScrapeResult | None] = [None] * len(targets)
         todo = iter(enumerate(targets))
 
