@@ -448,3 +448,47 @@ def test_an_answer_that_ends_the_connection_or_says_close_is_not_kept():
                 scraper.close()
         assert [r.body for r in results] == [BODY, BODY]
         assert (s.connections, len(s.requests)) == (2, 2)
+
+
+# --- results as they come --------------------------------------------------------------------------
+
+
+def test_scrape_each_hands_on_each_result_as_it_comes_with_what_after_made_of_it_where_it_ran():
+    """The answers come as they are in (the slow target's last: it answers only once the test has
+    had every other), each with what `after` returned in the thread that scraped it; skipped targets
+    first; an `after` that raises stops the scrape here with its error."""
+    others_in = threading.Event()
+
+    async def handler(path: str, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        if path == "/slow/metrics":
+            await asyncio.get_running_loop().run_in_executor(None, others_in.wait, 10)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+
+    with Server(handler).running() as s:
+        names = ["slow", *(f"leaf-{i}" for i in range(20))]
+        targets = [TargetConfig(name, url=s.url(f"/{name}/metrics")) for name in names]
+        targets.append(TargetConfig("cmd", command="printf 'up 1\\n'"))
+        scraper = Scraper(15)
+        try:
+            seen = []
+            for i, result, made in scraper.scrape_each(
+                targets, lambda r: (r.target.node, threading.current_thread().name)
+            ):
+                seen.append(i)
+                assert made[0] == result.target.node and result.error == ""
+                assert made[1] == "scrape-loop" if result.target.url else made[1].startswith("scrape")
+                if len(seen) == len(targets) - 1:
+                    others_in.set()
+            assert sorted(seen) == list(range(len(targets))) and seen[-1] == 0  # the slow one last
+            scraper.failed(targets[3])  # backing off: handed on first, and `after` is not run on it
+
+            def fails(result: ScrapeResult) -> object:
+                raise ValueError(f"cannot read {result.target.node}")
+
+            each = scraper.scrape_each(targets, fails)
+            i, result, made = next(each)
+            assert (i, result.skipped, made) == (3, True, None)
+            with pytest.raises(ValueError, match="cannot read"):
+                list(each)
+        finally:
+            scraper.close()

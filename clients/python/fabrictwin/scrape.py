@@ -44,6 +44,7 @@ import dataclasses
 import functools
 import http.client
 import os
+import queue
 import re
 import selectors
 import signal
@@ -52,7 +53,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
@@ -715,6 +716,14 @@ class _LoopThread:
         self.loop.close()
 
 
+def _stopped(done: queue.SimpleQueue[Any], future: concurrent.futures.Future[Any]) -> None:
+    """Why a scrape's results will not all come to `scrape_each` (the scraper was closed, or worse)."""
+    if future.cancelled():
+        done.put(RuntimeError("the scraper was closed"))
+    elif (exc := future.exception()) is not None:
+        done.put(exc)
+
+
 class Scraper:
     """Concurrent scrapes with per-target timeouts, a size bound and back-off (module docstring)."""
 
@@ -739,33 +748,61 @@ class Scraper:
 
     def scrape(self, targets: Sequence[TargetConfig]) -> list[ScrapeResult]:
         """Scrape every target not backing off; results in the order of `targets`."""
-        now = time.time_ns()
-        futures: dict[int, concurrent.futures.Future[ScrapeResult]] = {}
-        urls: list[int] = []
         results: list[ScrapeResult | None] = [None] * len(targets)
+        for i, result, _ in self.scrape_each(targets):
+            results[i] = result
+        return [result for result in results if result is not None]
+
+    def scrape_each(
+        self, targets: Sequence[TargetConfig], after: Callable[[ScrapeResult], object] | None = None
+    ) -> Iterator[tuple[int, ScrapeResult, object]]:
+        """`scrape`, each result as soon as it is in, as (the target's position, its result, what
+        `after(result)` returned): the targets backing off first, then the others as they answer or
+        fail. `after` (None: nothing) runs on each scrape that fetched a body, where the scrape ran
+        (the event loop's thread, a command's worker thread) as soon as it is in: work such as
+        parsing then goes on between the other scrapes instead of contending with them for the GIL.
+        What `after` raises is raised here. The scrapes all start with the first result asked for; a
+        caller that stops early leaves the rest to finish unread."""
+        now = time.time_ns()
+        done: queue.SimpleQueue[tuple[int, ScrapeResult, object] | BaseException] = queue.SimpleQueue()
+
+        def hand_on(i: int, result: ScrapeResult) -> None:
+            try:
+                done.put((i, result, after(result) if after is not None and not result.error else None))
+            except BaseException as exc:
+                done.put(exc)
+
+        skipped, urls, commands = [], [], []
         for i, target in enumerate(targets):
             skip = self._skip.get(target.where, 0)
             if skip:
                 self._skip[target.where] = skip - 1
-                results[i] = ScrapeResult(target, now, error=f"backing off ({skip} more)", skipped=True)
+                why = f"backing off ({skip} more)"
+                skipped.append((i, ScrapeResult(target, now, error=why, skipped=True), None))
             elif target.url:
                 urls.append(i)
             else:
-                futures[i] = self._pool.submit(_scrape_command, target, self.timeout_s, self.max_bytes)
+                commands.append(i)
+        for i in commands:
+            command = functools.partial(_scrape_command, targets[i], self.timeout_s, self.max_bytes)
+            future = self._pool.submit(lambda i=i, command=command: hand_on(i, command()))  # type: ignore[misc]
+            future.add_done_callback(functools.partial(_stopped, done))
         if urls:
-            fetched = self._event_loop().run(self._scrape_urls([targets[i] for i in urls]))
-            results_of = dict(zip(urls, fetched, strict=True))
-        else:
-            results_of = {}
-        for i, future in futures.items():
-            results_of[i] = future.result()
-        for i, result in results_of.items():
-            if result.error:
-                self.failed(result.target)
+            fetching = self._scrape_urls(
+                [targets[i] for i in urls], lambda j, result: hand_on(urls[j], result)
+            )
+            running = asyncio.run_coroutine_threadsafe(fetching, self._event_loop().loop)
+            running.add_done_callback(functools.partial(_stopped, done))
+        yield from skipped
+        for _ in range(len(urls) + len(commands)):
+            item = done.get()
+            if isinstance(item, BaseException):
+                raise item
+            if item[1].error:
+                self.failed(item[1].target)
             else:
-                self._failures.pop(result.target.where, None)
-            results[i] = result
-        return [result for result in results if result is not None]
+                self._failures.pop(item[1].target.where, None)
+            yield item
 
     def _event_loop(self) -> _LoopThread:
         if self._loop is None:
@@ -774,18 +811,18 @@ class Scraper:
             self._stop_loop = weakref.finalize(self, self._loop.close, self._http.close)
         return self._loop
 
-    async def _scrape_urls(self, targets: list[TargetConfig]) -> list[ScrapeResult]:
-        """Every target fetched, at most `max_workers` at a time; results in their order."""
+    async def _scrape_urls(
+        self, targets: list[TargetConfig], each: Callable[[int, ScrapeResult], object]
+    ) -> None:
+        """Every target fetched, at most `max_workers` at a time; `each(i, result)` as each is in."""
         self._http.prune()
-        results: list[ScrapeResult | None] = [None] * len(targets)
         todo = iter(enumerate(targets))
 
         async def worker() -> None:
             for i, target in todo:
-                results[i] = await _scrape_url(self._http, target, self.timeout_s, self.max_bytes)
+                each(i, await _scrape_url(self._http, target, self.timeout_s, self.max_bytes))
 
         await asyncio.gather(*(worker() for _ in range(min(self.max_workers, len(targets)))))
-        return [result for result in results if result is not None]
 
     def failed(self, target: TargetConfig) -> None:
         """Count a failure of `target` (also one found after the scrape, such as text that does not
