@@ -421,29 +421,32 @@ def test_the_same_counters_served_as_protobuf_and_as_text_are_stored_the_same(cl
             mirror.close()
 
 
-def test_scrapes_parsed_in_worker_processes_are_stored_as_those_parsed_here(
+def test_text_parsed_in_worker_processes_and_sent_in_waves_is_stored_as_one_poll_parsed_here(
     client, exporters, tmp_path, monkeypatch
 ):
-    from fabrictwin import fabric_mirror
+    """A poll's text scrapes parsed by worker processes, and its targets sent in waves of one (a batch
+    each on the one IngestSamples stream), store what one merge of the poll parsed here stores."""
+    from fabrictwin import poll_waves
 
-    monkeypatch.setattr(fabric_mirror, "_PARALLEL_FROM", 1)  # workers for 4 targets, not 64
-    monkeypatch.setattr(fabric_mirror, "_SHARE", 1)  # and one scrape at a time: the pieces are put back
+    monkeypatch.setattr(poll_waves, "PARALLEL_FROM", 1)  # workers for 4 targets, not 64
     write_lldp(tmp_path / "lldp", leaf_spine(2, 2, 2))
     start_counters(exporters)
-    exporters.protobuf = True
     here = mirror_config(exporters, tmp_path / "lldp", parse_workers=1)
     there = here.replace("parse_workers = 1", "parse_workers = 3").replace('"ls-live"', '"ls-workers"')
     mirrors = [FabricMirror(client, parse_mirror_config(config)) for config in (here, there)]
     try:
         for mirror in mirrors:
             mirror.start()
-        for step in range(4):  # the third poll reads by plans (made at the second)
+        for step in range(4):
             for devices in exporters.devices.values():
                 for values in devices.values():
                     values["tx"] += 1000 * step
             exporters.devices["leaf-1"]["swp1"]["up"] = int(step != 1)
             exporters.broken = {"spine-1": "not metrics\n"} if step == 2 else {}
-            reports = [mirror.poll() for mirror in mirrors]
+            reports = []
+            for mirror, wave in zip(mirrors, (poll_waves.WAVE, 1), strict=True):
+                monkeypatch.setattr(poll_waves, "WAVE", wave)
+                reports.append(mirror.poll())
             assert reports[0].failed == reports[1].failed
             assert (reports[0].scraped, reports[0].ports, reports[0].stored) == (
                 reports[1].scraped,
@@ -452,7 +455,7 @@ def test_scrapes_parsed_in_worker_processes_are_stored_as_those_parsed_here(
             )
             if step == 2:
                 assert reports[1].failed["spine-1"].startswith("cannot parse: spine-1")
-        assert len(mirrors[1]._pools) == 3
+        assert mirrors[0]._pool is None and mirrors[1]._pool is not None
         stored = [
             {s.port: list(s.values) for s in client.telemetry.query_series(source, "tx_bytes")}
             for source in ("ls-live", "ls-workers")

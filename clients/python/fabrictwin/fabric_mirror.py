@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,11 +42,9 @@ from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
 from fabrictwin.importers import (
     FormatError,
-    SampleColumns,
-    ScrapeColumns,
-    merge_columns,
     prometheus,
 )
+from fabrictwin.ingest_feed import IngestFeed
 from fabrictwin.link_health import apply_verdicts, assess
 from fabrictwin.lldp import (
     LldpError,
@@ -57,10 +54,10 @@ from fabrictwin.lldp import (
     read_cabling,
     read_documents,
 )
-from fabrictwin.mirror_config import MirrorConfig, TargetConfig
+from fabrictwin.mirror_config import MirrorConfig
 from fabrictwin.names import resource_name
-from fabrictwin.scrape import Scraper, ScrapeResult
-from fabrictwin.telemetry import column_batches
+from fabrictwin.poll_waves import PollWaves, collector_paused, new_pool
+from fabrictwin.scrape import Scraper
 from fabrictwin.v1 import scenario_pb2, topology_pb2
 
 __all__ = ["CablingReport", "FabricMirror", "LinkChange", "MirrorFinding", "PollReport"]
@@ -136,43 +133,6 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-_PARALLEL_FROM = 64  # scrapes per poll from which parsing is spread over worker processes
-_SHARE = 64  # scrapes a worker is sent at a time
-# The layouts of the protobuf families last read, per target: in each process that parses scrapes
-# (this one, or a worker), a target's next scrape reads its values without decoding its families.
-_PLANS = prometheus.ProtobufPlans()
-
-
-def _parse_scrape(
-    item: tuple[bytes, str, int, TargetConfig, dict[str, str] | None],
-) -> ScrapeColumns | str:
-    """One scrape, parsed where it was (a worker process) into columns (they cross between processes
-    as lists of numbers, much cheaper than readings), or the parse error (a FormatError names the line
-    or message)."""
-    body, content_type, time_ns, target, names = item
-    try:
-        return prometheus.parse_scrape_columns(
-            body,
-            content_type,
-            time_ns,
-            where=f"{target.node} ({target.where[:200]})",
-            node=target.node,
-            device_port_name=target.port_name,
-            port_names=names,
-            plans=_PLANS,
-            rate_bps=target.speed_gbps * 1e9,
-        )
-    except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
-        return exc.details
-
-
-def _parse_share(
-    items: list[tuple[bytes, str, int, TargetConfig, dict[str, str] | None]],
-) -> list[ScrapeColumns | str]:
-    """A worker's share of a poll's scrapes, parsed."""
-    return [_parse_scrape(item) for item in items]
-
-
 class _FabricPorts:
     """The fabric's links as the mirror needs them: interface -> twin port, port -> link."""
 
@@ -209,7 +169,7 @@ class FabricMirror:
         self._scraper = Scraper(config.target_timeout_s, config.max_workers, config.max_scrape_bytes)
         self._ports: _FabricPorts | None = None
         self._set_by_mirror: dict[int, str] = {}  # link -> what the mirror set it to (DOWN) and why
-        self._pools: list[concurrent.futures.ProcessPoolExecutor] = []  # one process each
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None  # parses text scrapes
         self._next: dict[str, float] = {}  # step ("health", "diagnosis") -> its next monotonic time
 
     # -- the fabric and the source --------------------------------------------------------------
@@ -386,82 +346,69 @@ class FabricMirror:
 
     # -- counters and link states ---------------------------------------------------------------
 
-    def _parse_all(self, scraped: list[ScrapeResult]) -> list[ScrapeColumns | str]:
-        """Each scrape parsed, or why it cannot be; spread over worker processes when many."""
-        assert self._ports is not None
-        work = [
-            (result.body, result.content_type, result.time_ns, result.target, None if result.target.port_name
-             else self._ports.interfaces_of(result.target.node))
-            for result in scraped
-        ]  # fmt: skip
-        workers = self.config.parse_workers
-        if workers <= 1 or len(work) < _PARALLEL_FROM:
-            return [_parse_scrape(item) for item in work]
-        if not self._pools:
-            # spawn, not fork: this process holds gRPC channels and their threads. One pool of one
-            # process per worker, so that a target is parsed by the same process at every poll and
-            # finds the plans of its families there (prometheus.ProtobufPlans).
-            context = multiprocessing.get_context("spawn")
-            self._pools = [
-                concurrent.futures.ProcessPoolExecutor(1, mp_context=context) for _ in range(workers)
-            ]
-        place = {target.where: i for i, target in enumerate(self.config.targets)}  # stable: config order
-        positions: list[list[int]] = [[] for _ in range(workers)]
-        for position, result in enumerate(scraped):
-            positions[place.get(result.target.where, position) % workers].append(position)
-        # In pieces, so that the first results come back (and are unpickled here) while the rest parse.
-        shares = [
-            (piece, self._pools[w].submit(_parse_share, [work[p] for p in piece]))
-            for w, mine in enumerate(positions)
-            for piece in (mine[at : at + _SHARE] for at in range(0, len(mine), _SHARE))
-        ]
-        parsed: list[ScrapeColumns | str] = [""] * len(work)
-        for piece, share in shares:
-            for position, item in zip(piece, share.result(), strict=True):
-                parsed[position] = item
-        return parsed
+    def _text_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = new_pool(self.config.parse_workers)
+        return self._pool
 
     def poll(self) -> PollReport:
-        """Scrape every target, ingest what they report, and follow their ports' states."""
+        """Scrape every target, ingest what they report, and follow their ports' states.
+
+        The scrapes are parsed as they arrive and stored in waves (`fabrictwin.poll_waves`) on one
+        IngestSamples stream, so the phases overlap: `scrape_seconds` runs until the last answer,
+        `parse_seconds` from then until the last scrape is parsed, `ingest_seconds` from then until
+        the service has said what it stored."""
+        with collector_paused():
+            return self._poll()
+
+    def _poll(self) -> PollReport:
         started = time.monotonic()
         self.polls += 1
-        report = PollReport(self.polls, time.time_ns(), self.fabric, len(self.config.targets))
-        chunks: list[SampleColumns] = []
+        targets = self.config.targets
+        report = PollReport(self.polls, time.time_ns(), self.fabric, len(targets))
+        assert self._ports is not None
+        ports = self._ports
+        waves = PollWaves(
+            len(targets),
+            lambda target: None if target.port_name else ports.interfaces_of(target.node),
+            self._text_pool if self.config.parse_workers > 1 else None,
+        )
+        feed = IngestFeed(self.client, resource_name("sources", self.source))
+        try:
+            for position, scraped, parsed in self._scraper.scrape_each(targets, waves.parse):
+                waves.arrived(position, scraped, parsed)
+                for chunks in waves.ready():
+                    feed.put(chunks)
+            report.scrape_seconds = time.monotonic() - started
+            for chunks in waves.ready(wait=True):
+                feed.put(chunks)
+            report.parse_seconds = time.monotonic() - started - report.scrape_seconds
+            reply = feed.close()
+        finally:
+            feed.abandon()
+        if reply is not None:
+            report.stored, report.duplicates, report.rejected = reply.stored, reply.duplicates, reply.rejected
+            report.reasons = [reason.reason for reason in reply.reasons]
+        report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
         states: dict[str, tuple[int, bool]] = {}
-        ports: set[str] = set()
-        scraped = self._scraper.scrape(self.config.targets)
-        report.scrape_seconds = time.monotonic() - started
-        fetched = []
-        for result in scraped:
+        named: set[str] = set()
+        for result, parsed in zip(waves.results, waves.parsed, strict=True):  # in target order
+            assert result is not None
             if result.skipped:
                 report.skipped.append(result.target.node)
             elif result.error:
                 report.failed[result.target.node] = result.error
-            else:
-                fetched.append(result)
-        for result, parsed in zip(fetched, self._parse_all(fetched), strict=True):
-            if isinstance(parsed, str):
+            elif isinstance(parsed, str):
                 report.failed[result.target.node] = f"cannot parse: {parsed}"
                 self._scraper.failed(result.target)
-                continue
-            chunks += parsed.chunks
-            for port, (at, up) in parsed.states.items():  # in target order: as over all the readings
-                held = states.get(port)
-                if held is None or at >= held[0]:
-                    states[port] = (at, up)
-            ports.update(parsed.ports)
-            report.scraped += 1
-        report.ports = len(ports)
-        chunks = merge_columns(chunks)
-        report.parse_seconds = time.monotonic() - started - report.scrape_seconds
-        if chunks:
-            name = resource_name("sources", self.source)
-            reply = self.client.telemetry.ingest(
-                batch for chunk in chunks for batch in column_batches(name, chunk)
-            )
-            report.stored, report.duplicates, report.rejected = reply.stored, reply.duplicates, reply.rejected
-            report.reasons = [reason.reason for reason in reply.reasons]
-        report.ingest_seconds = time.monotonic() - started - report.scrape_seconds - report.parse_seconds
+            elif parsed is not None:
+                for port, (at, up) in parsed.states.items():  # as over all the readings
+                    held = states.get(port)
+                    if held is None or at >= held[0]:
+                        states[port] = (at, up)
+                named.update(parsed.ports)
+                report.scraped += 1
+        report.ports = len(named)
         report.link_changes = self._follow_states({port: up for port, (_, up) in states.items()})
         if self._due("health"):
             try:
@@ -543,8 +490,8 @@ class FabricMirror:
         changes: list[LinkChange] = []
         for link, ports in sorted(down.items()):
             changes += self._set_state(link, "DOWN", f"{', '.join(sorted(ports))} operationally down")
-        for link in sorted(up - set(down)):
-            if self._set_by_mirror.get(link, "").endswith("operationally down"):
+        for link, why in sorted(self._set_by_mirror.items()):  # the links it set down, now up
+            if link in up and link not in down and why.endswith("operationally down"):
                 changes += self._set_state(link, "UP", "operationally up again")
         return changes
 
@@ -590,6 +537,6 @@ class FabricMirror:
 
     def close(self) -> None:
         self._scraper.close()
-        for pool in self._pools:
-            pool.shutdown(cancel_futures=True)
-        self._pools = []
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None

@@ -161,22 +161,26 @@ def merge_columns(chunks: Iterable[SampleColumns]) -> list[SampleColumns]:
             empty = SampleColumns([], [], [], {m: [] for m, _ in signature}, dict(signature))
             merged[signature] = (empty, {}, {})
         into, index, rates = merged[signature]
-        local = []
-        for port in chunk.ports:
-            if port in index:
-                shared.add(signature)
-            local.append(index.setdefault(port, len(index)))
-        into.port_index += [local[i] for i in chunk.port_index]
+        offset = len(index)
+        if index.keys().isdisjoint(chunk.ports):  # the usual case: a target's own ports, numbered on
+            index.update(zip(chunk.ports, range(offset, offset + len(chunk.ports)), strict=True))
+            into.port_index += map(offset.__add__, chunk.port_index)
+            if chunk.port_rates:  # (a zero is no rate: as absent)
+                rates.update(zip(chunk.ports, chunk.port_rates, strict=True))
+        else:
+            shared.add(signature)
+            local = [index.setdefault(port, len(index)) for port in chunk.ports]
+            into.port_index += [local[i] for i in chunk.port_index]
+            for port, rate in zip(chunk.ports, chunk.port_rates or (), strict=False):
+                if rate:
+                    rates[port] = rate
         into.time_ns += chunk.time_ns
         for metric, values in chunk.columns.items():
             into.columns[metric] += values
-        for port, rate in zip(chunk.ports, chunk.port_rates or (), strict=False):
-            if rate:
-                rates[port] = rate
     joined = []
     for signature, (into, index, rates) in merged.items():
         into.ports = list(index)
-        if rates:
+        if any(rates.values()):
             into.port_rates = [rates.get(port, 0.0) for port in into.ports]
         if signature in shared:  # a port's rows from two chunks: put them in time order (stable)
             order = sorted(range(into.rows), key=into.time_ns.__getitem__)

@@ -418,6 +418,16 @@ def is_protobuf(content_type: str, where: str = "<metrics>") -> bool:
     ...             "encoding=delimited"), is_protobuf("text/plain; version=0.0.4; charset=utf-8")
     (True, False)
     """
+    found = _media_type(content_type)
+    if found is None:
+        raise FormatError(f"{where}: Content-Type {_quote(content_type)} is not {PROTOBUF_CONTENT_TYPE}")
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _media_type(content_type: str) -> bool | None:
+    """True: the delimited protobuf exposition; False: another type (text); None: protobuf of another
+    message or encoding. (A poll reads the same few Content-Types a thousand times.)"""
     media_type, *parameters = content_type.split(";")
     if media_type.strip().lower() != _PROTOBUF_MEDIA_TYPE:
         return False
@@ -425,9 +435,7 @@ def is_protobuf(content_type: str, where: str = "<metrics>") -> bool:
     for parameter in parameters:
         key, _, value = parameter.partition("=")
         found[key.strip().lower()] = value.strip().strip('"')
-    if any(found.get(key) != value for key, value in _PROTOBUF_PARAMETERS.items()):
-        raise FormatError(f"{where}: Content-Type {_quote(content_type)} is not {PROTOBUF_CONTENT_TYPE}")
-    return True
+    return None if any(found.get(key) != value for key, value in _PROTOBUF_PARAMETERS.items()) else True
 
 
 def parse_scrape(
@@ -951,6 +959,8 @@ class _Template:
             length = data[at]
             if length < 0x80:
                 at += 1
+            elif at + 1 < size and data[at + 1] < 0x80:  # most families: 128 bytes to 16 KiB
+                length, at = length & 0x7F | data[at + 1] << 7, at + 2
             else:
                 try:
                     length, at = _varint(data, at)
