@@ -12,7 +12,14 @@ import math
 import struct
 
 import pytest
-from fabrictwin.importers import FormatError, PortReading, columns_of, merge_columns, prometheus
+from fabrictwin.importers import (
+    FormatError,
+    PortReading,
+    SampleColumns,
+    columns_of,
+    merge_columns,
+    prometheus,
+)
 from fabrictwin.prometheus.metrics_pb2 import MetricFamily
 
 from .exposition import Family, Labels, as_protobuf, as_text, varint
@@ -351,7 +358,9 @@ def test_templates_read_each_later_scrape_as_parsing_it_would(monkeypatch, optio
         expected = _outcome(data, 1_000 + at, where="leaf0", **options)
         assert _outcome(data, 1_000 + at, where="leaf0", plans=plans, **options) == expected, step
         refused = isinstance(expected, str)
-        assert (read[-1:] != [None] and read != []) == (not refused if by_template is None else by_template), step
+        assert (read[-1:] != [None] and read != []) == (
+            not refused if by_template is None else by_template
+        ), step
         named = "port_names" not in options or "refused" not in step
         bad = any(word in step for word in ("refused", "negative", "NaN", "infinite"))
         assert refused == (bad and named), step
@@ -382,3 +391,11 @@ def test_templates_read_random_values_as_parsing_them(monkeypatch):
         outcomes.add(isinstance(expected, str))
     assert outcomes == {True, False}  # refused and read alike
     assert sum(found is not None for found in read) > 100  # and most read by the template
+
+
+def test_merged_columns_keep_a_port_listed_twice_in_one_chunk_apart_from_the_next_chunks_ports():
+    twice = SampleColumns(["x", "x"], [0, 1], [1, 2], {"tx_bytes": [10, 20]}, {"tx_bytes": "cumulative_64"})
+    other = SampleColumns(["y"], [0], [1], {"tx_bytes": [5]}, {"tx_bytes": "cumulative_64"})
+    (chunk,) = merge_columns([twice, other])
+    rows = sorted(zip((chunk.ports[i] for i in chunk.port_index), chunk.columns["tx_bytes"], strict=True))
+    assert rows == [("x", 10), ("x", 20), ("y", 5)]

@@ -7,8 +7,9 @@
 2. `poll()`, every `interval_s`: every target is scraped at once (`fabrictwin.scrape`); each
    scrape is parsed (`fabrictwin.importers.prometheus`: the protobuf exposition where the exporter
    serves it, else the text), its interfaces named as the fabric's
-   ports (`leaf0`'s `swp3` is `leaf0/p3` when the fabric's link says so); the poll's readings go
-   in as one IngestSamples call; a port whose operational state went down (or up again) sets its
+   ports (`leaf0`'s `swp3` is `leaf0/p3` when the fabric's link says so), as it arrives; the
+   poll's readings go in on one IngestSamples stream, in waves of targets while the rest are still
+   scraped (`fabrictwin.poll_waves`); a port whose operational state went down (or up again) sets its
    link DOWN (UP) with SetLinkState, so WatchFabric subscribers and later simulations see it.
 3. `refresh_cabling()`, every `lldp.interval_s`: the LLDP tables are read again. A known link
    whose neighbour vanished is set DOWN (and UP when it is heard again). Links that appear, or
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from fabrictwin import poll_waves
 from fabrictwin.client import Client
 from fabrictwin.errors import AlreadyExistsError, FabricTwinError, InvalidArgumentError, NotFoundError
 from fabrictwin.importers import (
@@ -346,11 +348,6 @@ class FabricMirror:
 
     # -- counters and link states ---------------------------------------------------------------
 
-    def _text_pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = new_pool(self.config.parse_workers)
-        return self._pool
-
     def poll(self) -> PollReport:
         """Scrape every target, ingest what they report, and follow their ports' states.
 
@@ -368,10 +365,12 @@ class FabricMirror:
         report = PollReport(self.polls, time.time_ns(), self.fabric, len(targets))
         assert self._ports is not None
         ports = self._ports
+        if self._pool is None and self.config.parse_workers > 1 and len(targets) >= poll_waves.PARALLEL_FROM:
+            self._pool = new_pool(self.config.parse_workers)  # its processes start with the first text
         waves = PollWaves(
             len(targets),
             lambda target: None if target.port_name else ports.interfaces_of(target.node),
-            self._text_pool if self.config.parse_workers > 1 else None,
+            self._pool,
         )
         feed = IngestFeed(self.client, resource_name("sources", self.source))
         try:

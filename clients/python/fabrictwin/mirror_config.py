@@ -6,7 +6,7 @@ source = "pod1-live"         # telemetry source of the counters (created LIVE on
 interval_s = 10              # one poll of every target per interval
 timeout_s = 5                # per target (default: the interval, at most 10 s)
 # max_workers = 64           # scrapes in flight at once
-# parse_workers = 8          # processes parsing scrapes (default: the CPUs, at most 8)
+# parse_workers = 8          # processes parsing text scrapes (default: the CPUs, at most 8)
 # max_scrape_bytes = 16777216  # a target answering (or a command printing) more fails, read no further
 
 [lldp]                       # where the cabling comes from; re-read every `interval_s`
@@ -148,7 +148,7 @@ class MirrorConfig:
     interval_s: float = 10.0
     timeout_s: float = 0.0  # 0: min(interval_s, 10)
     max_workers: int = 64  # scrapes in flight at once
-    parse_workers: int = 1  # processes that parse scrapes (from 64 targets on); see load_mirror_config
+    parse_workers: int = 1  # processes that parse text scrapes (from 64 targets on; protobuf is read here)
     max_scrape_bytes: int = DEFAULT_MAX_SCRAPE_BYTES  # a target's answer (a command's output) at most
     targets: tuple[TargetConfig, ...] = ()
     lldp: LldpConfig | None = None

@@ -32,13 +32,14 @@ PARALLEL_FROM = 64  # targets in a poll from which text scrapes are parsed by wo
 _PLANS = prometheus.ProtobufPlans()
 
 _PROTOBUF = "application/vnd.google.protobuf"  # parsed here, whatever its parameters say
-_Parsing = concurrent.futures.Future[list[ScrapeColumns | str]]  # a text scrape in a worker process
+_Parsing = concurrent.futures.Future[list[ScrapeColumns | str | None]]  # a text scrape in a worker process
 _Item = tuple[bytes, str, int, TargetConfig, dict[str, str] | None]
 
 
-def parse_scrape(item: _Item) -> ScrapeColumns | str:
+def parse_scrape(item: _Item, template_only: bool = False) -> ScrapeColumns | str | None:
     """One scrape (body, Content-Type, time, target, its interfaces' port names or None) as columns,
-    or the parse error (a FormatError names the line or message)."""
+    or the parse error (a FormatError names the line or message); `template_only`: only if its
+    template reads it (`prometheus.parse_scrape_columns`), else None."""
     body, content_type, time_ns, target, names = item
     try:
         return prometheus.parse_scrape_columns(
@@ -51,12 +52,13 @@ def parse_scrape(item: _Item) -> ScrapeColumns | str:
             port_names=names,
             plans=_PLANS,
             rate_bps=target.speed_gbps * 1e9,
+            template_only=template_only,
         )
     except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
-        return exc.details
+        return None if template_only else exc.details
 
 
-def _parse_share(items: list[_Item]) -> list[ScrapeColumns | str]:
+def _parse_share(items: list[_Item]) -> list[ScrapeColumns | str | None]:
     """A worker's share of a poll's text scrapes, parsed."""
     return [parse_scrape(item) for item in items]
 
@@ -96,14 +98,14 @@ class PollWaves:
     """One poll's scrapes, parsed as they arrive and handed on wave by wave (module docstring).
 
     `names(node)` gives a target's interface -> port names (None: its port_name template names
-    them); `pool` (or None: parse every text here) parses the text scrapes.
+    them); `pool` (or None: parse every text here) parses the text scrapes of a large poll.
     """
 
     def __init__(
         self,
         targets: int,
         names: Callable[[TargetConfig], dict[str, str] | None],
-        pool: Callable[[], concurrent.futures.ProcessPoolExecutor] | None,
+        pool: concurrent.futures.ProcessPoolExecutor | None,
     ) -> None:
         self.results: list[ScrapeResult | None] = [None] * targets
         self.parsed: list[ScrapeColumns | str | None] = [None] * targets
@@ -114,24 +116,31 @@ class PollWaves:
         self._waiting = [min(WAVE, targets - start) for start in range(0, targets, WAVE)]  # per wave
         self._next = 0  # the first wave not handed on
 
-    def parse(
-        self, result: ScrapeResult
-    ) -> ScrapeColumns | str | concurrent.futures.Future[list[ScrapeColumns | str]]:
-        """A fetched scrape parsed (in the thread that calls, `Scraper.scrape_each`'s `after`), or,
-        for text in a large poll, sent to a worker process to be parsed."""
+    def parse(self, result: ScrapeResult) -> ScrapeColumns | str | _Parsing | None:
+        """What can be made of a fetched scrape where it was fetched (`Scraper.scrape_each`'s `after`,
+        on the scrape loop's thread): a protobuf scrape its template reads (a quarter of a
+        millisecond), or a text scrape sent to a worker process; None for the rest, parsed by
+        `arrived` (a parse there would hold up the loop, and the other targets' timeouts with it)."""
         target = result.target
         item = (result.body, result.content_type, result.time_ns, target, self._names(target))
-        if self._pool is not None and not result.content_type.lower().startswith(_PROTOBUF):
-            return self._pool().submit(_parse_share, [item])
-        return parse_scrape(item)
+        if result.content_type.lower().startswith(_PROTOBUF):
+            return parse_scrape(item, template_only=True)
+        if self._pool is not None:
+            return self._pool.submit(_parse_share, [item])
+        return None
 
     def arrived(self, position: int, result: ScrapeResult, parsed: object) -> None:
-        """A target's scrape (or its failure) and what `parse` made of it (None: not fetched)."""
+        """A target's scrape (or its failure) and what `parse` made of it (None: parsed here)."""
         self.results[position] = result
         if isinstance(parsed, concurrent.futures.Future):
             self._text[position] = parsed
         elif isinstance(parsed, ScrapeColumns | str):
             self.parsed[position] = parsed
+        elif not result.skipped and not result.error:
+            target = result.target
+            self.parsed[position] = parse_scrape(
+                (result.body, result.content_type, result.time_ns, target, self._names(target))
+            )
         self._waiting[position // self._wave] -= 1
 
     def ready(self, wait: bool = False) -> Iterator[list[SampleColumns]]:

@@ -795,7 +795,10 @@ class Scraper:
             running.add_done_callback(functools.partial(_stopped, done))
         yield from skipped
         for _ in range(len(urls) + len(commands)):
-            item = done.get()
+            try:  # (each scrape ends within its timeout: one ends at least that often)
+                item = done.get(timeout=self.timeout_s + 60)
+            except queue.Empty:
+                raise RuntimeError("the scrapes stopped answering (was the scraper closed?)") from None
             if isinstance(item, BaseException):
                 raise item
             if item[1].error:

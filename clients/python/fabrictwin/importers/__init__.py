@@ -162,11 +162,12 @@ def merge_columns(chunks: Iterable[SampleColumns]) -> list[SampleColumns]:
             merged[signature] = (empty, {}, {})
         into, index, rates = merged[signature]
         offset = len(index)
-        if index.keys().isdisjoint(chunk.ports):  # the usual case: a target's own ports, numbered on
-            index.update(zip(chunk.ports, range(offset, offset + len(chunk.ports)), strict=True))
+        ports = chunk.ports
+        if index.keys().isdisjoint(ports) and len(set(ports)) == len(ports):  # a target's own ports
+            index.update(zip(ports, range(offset, offset + len(ports)), strict=True))
             into.port_index += map(offset.__add__, chunk.port_index)
             if chunk.port_rates:  # (a zero is no rate: as absent)
-                rates.update(zip(chunk.ports, chunk.port_rates, strict=True))
+                rates.update(zip(ports, chunk.port_rates, strict=False))
         else:
             shared.add(signature)
             local = [index.setdefault(port, len(index)) for port in chunk.ports]

@@ -474,13 +474,15 @@ def parse_scrape_columns(
     pfc_priority: int = 3,
     plans: ProtobufPlans | None = None,
     rate_bps: float = 0.0,
-) -> ScrapeColumns:
+    template_only: bool = False,
+) -> ScrapeColumns | None:
     """`parse_scrape`'s readings as a mirror keeps them (`scrape_columns`), every port's link rate
     `rate_bps` where given (else as reported).
 
     With `plans` (`where` naming the target), a protobuf scrape whose mapped families are laid out as
     in the target's last scrape is read from its values alone, with no Python step per sample; the
-    columns are the same as parsing it would give (`_Template`)."""
+    columns are the same as parsing it would give (`_Template`). `template_only`: that read or None
+    (a caller that must not spend a parse's time where it is, such as an event loop's thread)."""
     if plans is not None and is_protobuf(content_type, where):
         table = _rules(pfc_priority)
         config = (
@@ -495,8 +497,12 @@ def parse_scrape_columns(
             found = template.read(body, table, time_ns, rate_bps)
             if found is not None:
                 return found
+        if template_only:
+            return None
         names = _Names(node, port_name, device_port_name, port_names)
         readings = _protobuf_readings(body, time_ns, table, names, where, plans, config)
+    elif template_only:
+        return None
     else:
         readings = parse_scrape(
             body, content_type, time_ns, where=where, node=node, port_name=port_name,
@@ -621,12 +627,13 @@ def _protobuf_samples(
                 continue
         family = _decoded(message, number, start, where)
         samples = _family_samples(family, table)
+        made: _Plan | _Seen | None = None
         if plans is not None and name is not None and samples:
             # A plan is made when a family is seen again after a scrape that had none for it, so a
             # family whose layout changes at every scrape costs a plan every other scrape at most.
-            plans.put(key, _Plan.of(message, family.type, samples, plans) if plan is _SEEN else _SEEN)
+            made = _Plan.of(message, family.type, samples, plans) if plan is _SEEN else _SEEN
+            plans.put(key, made)
         if used is not None:
-            made = plans.get(key) if plans is not None and samples else None
             used.append(made if isinstance(made, _Plan) else None)
         yield from samples
 
@@ -893,6 +900,7 @@ def _protobuf_readings(
         raise FormatError(f"{where}: {exc.problem}: {_quote(_described(exc.sample))}") from None
     if plans is not None and used is not None:
         ready = bool(used) and None not in used and not routes.stamped
+        ready = ready and sum(len(plan.labels) for plan in used if plan is not None) == len(rows)
         plans.put_template(where, _Template(tuple(used), routes, config) if ready else None)  # type: ignore[arg-type]
     return readings
 
@@ -998,19 +1006,20 @@ class _Template:
             math.isfinite(sum(counters)) and min(counters) >= 0.0 and all(map(float.is_integer, counters))
         ):
             return None
-        key = self.rate_values(values)
-        if self.last_rates is None or self.last_rates[0] != key:
+        # (read into locals once: another thread may read this target's template at the same time)
+        key, last_rates = self.rate_values(values), self.last_rates
+        if last_rates is None or last_rates[0] != key:
             try:
-                self.last_rates = (key, _port_rates(self.rates, values))
+                last_rates = self.last_rates = (key, _port_rates(self.rates, values))
             except _SampleError:
                 return None
-        rates = self.last_rates[1]
-        key = self.state_values(values)
-        if self.last_states is None or self.last_states[0] != key:
+        rates = last_rates[1]
+        key, last_states = self.state_values(values), self.last_states
+        if last_states is None or last_states[0] != key:
             found = _port_states(self.states, values, time_ns)
             ups = {port: up for port, (_, up) in found.items() if up is not None}
-            self.last_states = (key, ups, sorted(self.counted.union(found)))
-        _, ups, ports = self.last_states
+            last_states = self.last_states = (key, ups, sorted(self.counted.union(found)))
+        _, ups, ports = last_states
         chunks = []
         for chunk, picker, slices in self.chunks:
             named = list(chunk.ports)
