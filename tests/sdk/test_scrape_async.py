@@ -492,3 +492,23 @@ def test_scrape_each_hands_on_each_result_as_it_comes_with_what_after_made_of_it
                 list(each)
         finally:
             scraper.close()
+
+
+def test_the_mirror_command_raises_its_open_file_limit_so_a_connection_is_kept_per_target():
+    import json
+    import subprocess
+    import sys
+
+    child = """
+import json, resource
+from fabrictwin.cli_mirror import open_files_raised
+from fabrictwin.scrape import _idle_bound
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+before = _idle_bound()
+raised = open_files_raised()
+print(json.dumps([raised, before, _idle_bound(), resource.getrlimit(resource.RLIMIT_NOFILE)]))
+"""
+    printed = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
+    (soft, now), before, after, (limit, hard) = json.loads(printed)
+    assert soft == 256 and before == 64 and now == limit == hard  # from a quarter of 256 to the hard limit's
+    assert after == (1 << 20 if hard == -1 else max(64, hard // 4))

@@ -61,8 +61,24 @@ def _cabling_line(report: CablingReport) -> str:
     return line
 
 
+def open_files_raised() -> tuple[int, int]:
+    """The soft limit on open files raised to the hard one, as Go's runtime (node_exporter's,
+    Prometheus') does: the scraper keeps a connection per target, up to a quarter of the soft limit
+    (1,024 by default: 256 targets). Returns (before, now); unchanged where it cannot be raised."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return -1, -1
+
+
 def _mirror(client: Client, args: argparse.Namespace) -> int:
     config = load_mirror_config(args.config)
+    open_files_raised()  # the mirror is its own process: a connection kept for each target
     mirror = FabricMirror(client, config)
     stop = threading.Event()
 
