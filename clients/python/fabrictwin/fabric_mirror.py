@@ -365,7 +365,8 @@ class FabricMirror:
         report = PollReport(self.polls, time.time_ns(), self.fabric, len(targets))
         assert self._ports is not None
         ports = self._ports
-        if self._pool is None and self.config.parse_workers > 1 and len(targets) >= poll_waves.PARALLEL_FROM:
+        large = self.config.parse_workers > 1 and len(targets) >= poll_waves.PARALLEL_FROM
+        if large and self._pool is None:
             self._pool = new_pool(self.config.parse_workers)  # its processes start with the first text
         waves = PollWaves(
             len(targets),

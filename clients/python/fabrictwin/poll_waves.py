@@ -32,7 +32,7 @@ PARALLEL_FROM = 64  # targets in a poll from which text scrapes are parsed by wo
 _PLANS = prometheus.ProtobufPlans()
 
 _PROTOBUF = "application/vnd.google.protobuf"  # parsed here, whatever its parameters say
-_Parsing = concurrent.futures.Future[list[ScrapeColumns | str | None]]  # a text scrape in a worker process
+_Parsing = concurrent.futures.Future[ScrapeColumns | str | None]  # a text scrape in a worker process
 _Item = tuple[bytes, str, int, TargetConfig, dict[str, str] | None]
 
 
@@ -56,11 +56,6 @@ def parse_scrape(item: _Item, template_only: bool = False) -> ScrapeColumns | st
         )
     except InvalidArgumentError as exc:  # a FormatError, or a port_name template that does not format
         return None if template_only else exc.details
-
-
-def _parse_share(items: list[_Item]) -> list[ScrapeColumns | str | None]:
-    """A worker's share of a poll's text scrapes, parsed."""
-    return [parse_scrape(item) for item in items]
 
 
 _pausing = threading.Lock()
@@ -98,7 +93,7 @@ class PollWaves:
     """One poll's scrapes, parsed as they arrive and handed on wave by wave (module docstring).
 
     `names(node)` gives a target's interface -> port names (None: its port_name template names
-    them); `pool` (or None: parse every text here) parses the text scrapes of a large poll.
+    them); `pool` (None: parse every text here) parses the text scrapes.
     """
 
     def __init__(
@@ -110,10 +105,10 @@ class PollWaves:
         self.results: list[ScrapeResult | None] = [None] * targets
         self.parsed: list[ScrapeColumns | str | None] = [None] * targets
         self._names = names
-        self._pool = pool if targets >= PARALLEL_FROM else None
+        self._pool = pool
         self._text: dict[int, _Parsing] = {}
-        self._wave = WAVE
-        self._waiting = [min(WAVE, targets - start) for start in range(0, targets, WAVE)]  # per wave
+        self._wave = wave = WAVE
+        self._waiting = [min(wave, targets - start) for start in range(0, targets, wave)]  # per wave
         self._next = 0  # the first wave not handed on
 
     def parse(self, result: ScrapeResult) -> ScrapeColumns | str | _Parsing | None:
@@ -121,13 +116,15 @@ class PollWaves:
         on the scrape loop's thread): a protobuf scrape its template reads (a quarter of a
         millisecond), or a text scrape sent to a worker process; None for the rest, parsed by
         `arrived` (a parse there would hold up the loop, and the other targets' timeouts with it)."""
-        target = result.target
-        item = (result.body, result.content_type, result.time_ns, target, self._names(target))
         if result.content_type.lower().startswith(_PROTOBUF):
-            return parse_scrape(item, template_only=True)
+            return parse_scrape(self._item(result), template_only=True)
         if self._pool is not None:
-            return self._pool.submit(_parse_share, [item])
+            return self._pool.submit(parse_scrape, self._item(result))
         return None
+
+    def _item(self, result: ScrapeResult) -> _Item:
+        target = result.target
+        return result.body, result.content_type, result.time_ns, target, self._names(target)
 
     def arrived(self, position: int, result: ScrapeResult, parsed: object) -> None:
         """A target's scrape (or its failure) and what `parse` made of it (None: parsed here)."""
@@ -137,10 +134,7 @@ class PollWaves:
         elif isinstance(parsed, ScrapeColumns | str):
             self.parsed[position] = parsed
         elif not result.skipped and not result.error:
-            target = result.target
-            self.parsed[position] = parse_scrape(
-                (result.body, result.content_type, result.time_ns, target, self._names(target))
-            )
+            self.parsed[position] = parse_scrape(self._item(result))
         self._waiting[position // self._wave] -= 1
 
     def ready(self, wait: bool = False) -> Iterator[list[SampleColumns]]:
@@ -154,7 +148,7 @@ class PollWaves:
                 return
             for position in positions:
                 if position in self._text:
-                    (self.parsed[position],) = self._text.pop(position).result()
+                    self.parsed[position] = self._text.pop(position).result()
             self._next += 1
             chunks = [
                 chunk

@@ -783,10 +783,12 @@ class Scraper:
                 urls.append(i)
             else:
                 commands.append(i)
+
+        def run_command(i: int) -> None:
+            hand_on(i, _scrape_command(targets[i], self.timeout_s, self.max_bytes))
+
         for i in commands:
-            command = functools.partial(_scrape_command, targets[i], self.timeout_s, self.max_bytes)
-            future = self._pool.submit(lambda i=i, command=command: hand_on(i, command()))  # type: ignore[misc]
-            future.add_done_callback(functools.partial(_stopped, done))
+            self._pool.submit(run_command, i).add_done_callback(functools.partial(_stopped, done))
         if urls:
             fetching = self._scrape_urls(
                 [targets[i] for i in urls], lambda j, result: hand_on(urls[j], result)
